@@ -1,0 +1,63 @@
+"""Terminal rendering: pure functions from results to rich renderables."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from tpu_runner.result import EvalResult
+
+STAGE_LABELS = {
+    "static": "static check", "load": "loading the task", "lower": "lowering for TPU",
+    "compile": "compiling with libtpu", "correctness": "checking correctness (TPU interpret mode)",
+    "performance": "estimating performance", "profile": "profiling",
+}
+VERDICT_STYLE = {"ok": "green", "unverified": "yellow"}
+
+
+def tasks_table(infos: Sequence[Any], target: str) -> Table:
+    table = Table(title=f"tasks (roofline on {target})", show_lines=False)
+    for col in ("task", "family", "inputs (production)", "GFLOP", "MB", "roofline", "bound", "test inputs"):
+        table.add_column(col, overflow="fold")
+    for i in infos:
+        table.add_row(i.task_id, i.family or "-", "; ".join(i.configurations), f"{i.flops / 1e9:.3g}",
+                      f"{i.bytes / 1e6:.1f}", f"{i.roofline_ms:.3g} ms", i.bound, "yes" if i.has_test_inputs else "derived")
+    return table
+
+
+def result_panel(result: EvalResult) -> Panel:
+    style = VERDICT_STYLE.get(result.verdict, "red")
+    rows = Table.grid(padding=(0, 2))
+    rows.add_column(style="bold")
+    rows.add_column()
+    rows.add_row("verdict", Text(f"{result.verdict} (stage: {result.stage})", style=style))
+    rows.add_row("message", result.message)
+    if result.error:
+        where = f" at line {result.error.line}" if result.error.line else ""
+        rows.add_row("error", f"{result.error.kind}{where}: {result.error.detail[:1200]}")
+    if result.correctness:
+        c = result.correctness
+        err = f", max abs err {c.max_abs_err:.3g}" if c.max_abs_err is not None else ""
+        rows.add_row("correctness", f"{c.status}: {sum(x.status == 'passed' for x in c.cases)} cases passed{err}")
+    p = result.performance
+    if p:
+        rows.add_row("performance", f"{p.method}: candidate {p.candidate:.4g} {p.unit}, reference {p.reference:.4g} "
+                     f"{p.unit}, speedup x{p.speedup:.2f}, {p.roofline_fraction or 0:.0%} of roofline "
+                     f"({p.roofline_ms:.4g} {p.unit}, {p.bound}-bound)")
+        for flag in p.flags:
+            rows.add_row("flag", Text(flag, style="yellow"))
+    if result.profile:
+        rows.add_row("profile", result.profile["summary"])
+    for note in result.notes:
+        rows.add_row("note", note)
+    for name, path in result.artifacts.items():
+        rows.add_row(name, path)
+    if result.timings:
+        rows.add_row("time", f"{result.timings.get('total', 0):.1f} s total, "
+                     f"{result.timings.get('overhead', 0):.1f} s outside compiling and running")
+    return Panel(Group(rows), title=f"{result.task} on {result.target} ({result.host})", border_style=style)

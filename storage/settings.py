@@ -1,0 +1,83 @@
+"""The one reader of the environment. Entry points build a Settings and hand it down."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import platformdirs
+
+
+class SettingsError(ValueError):
+    """A setting has a value kernelbot cannot use; the message names the variable."""
+
+
+def _int(env: dict[str, str], name: str, default: int, minimum: int = 1) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not a whole number") from None
+    if value < minimum:
+        raise SettingsError(f"{name}={value} must be at least {minimum}")
+    return value
+
+
+@dataclass(frozen=True)
+class EvalLimits:
+    """Resource limits for one sandboxed evaluation (a child process)."""
+
+    wall_seconds: int = 300
+    cpu_seconds: int = 900
+    memory_mib: int = 8192
+    output_bytes: int = 1_000_000
+    # Interpret mode costs a few ms per grid step on a CPU; above this many steps per call a
+    # correctness configuration is too expensive and a smaller one is derived.
+    interpret_grid_steps: int = 4096
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path
+    default_target: str = "v6e"
+    eval_workers: int = 2
+    limits: EvalLimits = field(default_factory=EvalLimits)
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.home / "artifacts"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.home / "cache"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.home / "logs"
+
+    def ensure_dirs(self) -> None:
+        for path in (self.home, self.artifacts_dir, self.cache_dir, self.logs_dir):
+            path.mkdir(parents=True, exist_ok=True)
+
+
+def load_settings(env: dict[str, str] | None = None) -> Settings:
+    env = dict(os.environ if env is None else env)
+    home = Path(env.get("KERNELBOT_HOME") or platformdirs.user_data_dir("kernelbot")).expanduser()
+    limits = EvalLimits(
+        wall_seconds=_int(env, "KERNELBOT_EVAL_TIMEOUT", EvalLimits.wall_seconds),
+        memory_mib=_int(env, "KERNELBOT_EVAL_MEMORY_MIB", EvalLimits.memory_mib, minimum=512),
+    )
+    limits = EvalLimits(
+        wall_seconds=limits.wall_seconds,
+        cpu_seconds=max(EvalLimits.cpu_seconds, 3 * limits.wall_seconds),
+        memory_mib=limits.memory_mib,
+    )
+    return Settings(
+        home=home,
+        default_target=env.get("KERNELBOT_TARGET", "v6e"),
+        eval_workers=_int(env, "KERNELBOT_EVAL_WORKERS", 2),
+        limits=limits,
+    )

@@ -1,0 +1,1 @@
+"""Task loading and the evaluation pipeline: static check, lower, compile, correctness, performance, profile."""

@@ -1,0 +1,99 @@
+"""Stages 2 and 3: lower for the TPU target and compile ahead of time with libtpu, on any host.
+
+Also captures libtpu's static LLO profile (its own cycle estimate per compiled op). The dump directory is
+fixed when libtpu starts (`--xla_jf_dump_static_llo_profile_to` in LIBTPU_INIT_ARGS, set by the parent), so
+each compile is followed by `StaticProfile.collect()`, which reads and clears what that compile wrote.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from tpu_runner.hardware import ChipSpec
+from tpu_runner.tasks import Configuration
+
+_CYCLES = re.compile(r'hlo_op_name:\s*"([^"]*)"\s*estimated_cycles:\s*(\d+)')
+
+
+@dataclass
+class StaticProfile:
+    dump_dir: Path | None
+
+    def collect(self, keep_in: Path | None = None, label: str = "op") -> list[tuple[str, int]]:
+        """(op name, estimated cycles) for everything compiled since the last call; files move to keep_in."""
+        if self.dump_dir is None or not self.dump_dir.is_dir():
+            return []
+        ops: list[tuple[str, int]] = []
+        for path in sorted(self.dump_dir.glob("*static_llo_profile*")):
+            ops.extend((name, int(cycles)) for name, cycles in _CYCLES.findall(path.read_text()))
+            if keep_in is not None:
+                keep_in.mkdir(parents=True, exist_ok=True)
+                path.replace(keep_in / f"{label}.{path.name.replace(' ', '_')}")
+            else:
+                path.unlink()
+        return ops
+
+
+@dataclass
+class CompileReport:
+    lower_seconds: float
+    compile_seconds: float
+    ops: list[tuple[str, int]] = field(default_factory=list)  # static cycle estimates per op
+    cost: dict[str, float] = field(default_factory=dict)
+    memory: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def cycles(self) -> int:
+        return sum(c for _, c in self.ops)
+
+
+_topologies: dict[str, Any] = {}
+
+
+def target_sharding(chip: ChipSpec) -> jax.sharding.NamedSharding:
+    """A single-device sharding on the target topology (libtpu describes it; no TPU needed)."""
+    from jax.experimental import topologies
+
+    if chip.topology not in _topologies:
+        _topologies[chip.topology] = topologies.get_topology_desc(chip.topology, "tpu")
+    topo = _topologies[chip.topology]
+    mesh = jax.sharding.Mesh(np.array(topo.devices[:1]), ("x",))
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+
+def abstract_args(config: Configuration, sharding: Any | None) -> list[Any]:
+    dyn = [jax.ShapeDtypeStruct(a.shape, np.dtype(a.dtype), sharding=sharding) for a in config.dynamic]
+    return dyn + list(config.static)
+
+
+def trace(fn: Callable[..., Any], config: Configuration, sharding: Any | None) -> jax.stages.Traced:
+    return jax.jit(fn, static_argnums=config.static_argnums).trace(*abstract_args(config, sharding))
+
+
+def compile_lowered(lowered: jax.stages.Lowered, profile: StaticProfile, *, lower_seconds: float,
+                    keep_in: Path | None = None, label: str = "op") -> CompileReport:
+    """Compile ahead of time and read back cost analysis, memory analysis and the static cycle profile."""
+    profile.collect()  # drop anything an earlier, failed compile left behind
+    t0 = time.perf_counter()
+    compiled = lowered.compile()
+    seconds = time.perf_counter() - t0
+    cost = compiled.cost_analysis() or {}
+    if isinstance(cost, list):  # older JAX returned one dict per device
+        cost = cost[0] if cost else {}
+    memory: dict[str, int] = {}
+    mem = compiled.memory_analysis()
+    if mem is not None:
+        for name in ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes",
+                     "generated_code_size_in_bytes"):
+            memory[name] = int(getattr(mem, name, 0) or 0)
+    return CompileReport(lower_seconds=lower_seconds, compile_seconds=seconds,
+                         ops=profile.collect(keep_in=keep_in, label=label),
+                         cost={k: float(v) for k, v in cost.items() if isinstance(v, int | float)}, memory=memory)

@@ -1,0 +1,61 @@
+"""Stage 5 without hardware: an estimate built the same way for candidate and reference.
+
+time = max(static cycles / clock, HBM bytes / HBM bandwidth). libtpu's static cycle count ignores HBM
+bandwidth (see the toolchain note), so the memory term bounds it below. Reference bytes come from XLA's cost
+analysis; a Pallas candidate's come from its grid and BlockSpecs (`traffic.py`), plus whatever XLA code
+surrounds its kernels - never from the candidate's own CostEstimate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpu_runner.hardware import ChipSpec, Roofline
+from tpu_runner.traffic import TrafficReport
+
+# Anything estimated or measured below this fraction of the roofline time beats physics.
+PHYSICS_MARGIN = 0.9
+
+
+@dataclass(frozen=True)
+class TimeEstimate:
+    cycles: int
+    hbm_bytes: float
+    compute_seconds: float
+    memory_seconds: float
+
+    @property
+    def seconds(self) -> float:
+        return max(self.compute_seconds, self.memory_seconds)
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_seconds >= self.memory_seconds else "memory"
+
+
+def estimate(chip: ChipSpec, *, cycles: int, hbm_bytes: float) -> TimeEstimate:
+    return TimeEstimate(cycles=cycles, hbm_bytes=hbm_bytes, compute_seconds=cycles / chip.clock_hz,
+                        memory_seconds=hbm_bytes / chip.hbm_bandwidth)
+
+
+def candidate_hbm_bytes(traffic: TrafficReport, cost: dict[str, float]) -> float:
+    """Pallas traffic from the BlockSpecs, plus the bytes of the XLA ops around the kernels.
+
+    XLA's module-wide 'bytes accessed' counts each custom call as its claimed bytes (CostEstimate) or its
+    operands and results; that part is removed and replaced by the evaluator's own figure.
+    """
+    xla_total = cost.get("bytes accessed")
+    if xla_total is None:
+        return float(traffic.total_hbm_bytes)
+    counted_for_kernels = sum(
+        (call.claimed_bytes if call.claimed_bytes is not None else call.io_bytes) * call.multiplicity
+        for call in traffic.calls)
+    return float(traffic.total_hbm_bytes) + max(0.0, xla_total - counted_for_kernels)
+
+
+def performance_flags(*, candidate_seconds: float, roofline: Roofline) -> list[str]:
+    flags: list[str] = []
+    if candidate_seconds < PHYSICS_MARGIN * roofline.seconds:
+        flags.append(f"faster_than_physics: {candidate_seconds * 1e3:.4g} ms is below the {roofline.bound} roofline "
+                     f"of {roofline.seconds * 1e3:.4g} ms")
+    return flags

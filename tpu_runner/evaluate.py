@@ -1,0 +1,191 @@
+"""The evaluation pipeline, parent side: static check here, every other stage in a sandboxed child.
+
+The parent never imports candidate code. It turns the child's report - or the way the child ended
+(timeout, memory limit, crash) - into one EvalResult, renders the profile chart and keeps the artifacts.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from storage.settings import Settings
+from tpu_runner.chart import render_profile_chart
+from tpu_runner.hardware import get_chip
+from tpu_runner.result import Correctness, CorrectnessCase, EvalError, EvalResult, Performance, failure
+from tpu_runner.sandbox import ChildOutcome, child_environment, run_child
+from tpu_runner.static_check import StaticViolation, check_source
+from tpu_runner.tasks import Task, TaskError, load_task
+
+
+class KernelFileError(ValueError):
+    """The candidate file cannot be read."""
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    task_dir: Path
+    kernel_path: Path
+    target: str
+    allow_pure_jax: bool = False
+
+
+def detect_host() -> str:
+    """'tpu' where this machine has TPU chips (their device files), else 'cpu'."""
+    dev = Path("/dev")
+    has_tpu = any(dev.glob("accel[0-9]*")) or any((dev / "vfio").glob("[0-9]*")) if dev.is_dir() else False
+    return "tpu" if has_tpu else "cpu"
+
+
+def _new_eval_id(task: Task) -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{task.task_id}-{uuid.uuid4().hex[:6]}"
+
+
+def _outcome_error(outcome: ChildOutcome, limits_wall: int, memory_mib: int) -> tuple[str, EvalError]:
+    stage = outcome.stage if outcome.stage in ("lower", "compile", "correctness", "performance", "profile") else "lower"
+    if outcome.timed_out:
+        return stage, EvalError("timeout", f"the evaluation did not finish within {limits_wall} s (it was in the "
+                                f"{stage} stage); a kernel that hangs or a grid far too large for this check")
+    if outcome.memory_exceeded:
+        return stage, EvalError("memory_limit", f"the evaluation used more than {memory_mib} MiB of memory in the "
+                                f"{stage} stage and was stopped")
+    sig = outcome.signal_name
+    kind = {"SIGXCPU": "cpu_time_limit", "SIGXFSZ": "output_limit"}.get(sig or "", "crashed")
+    tail = "\n".join(outcome.stderr_tail.strip().splitlines()[-25:])
+    how = f"killed by {sig}" if sig else f"exited with status {outcome.returncode}"
+    return stage, EvalError(kind, f"the evaluation process {how} in the {stage} stage without a result.\n{tail}")
+
+
+def _from_child(report: dict[str, Any], *, task: Task, target: str, host: str) -> EvalResult:
+    corr = report.get("correctness")
+    correctness = None
+    if corr:
+        corr = dict(corr)
+        corr["cases"] = [CorrectnessCase(**c) for c in corr.get("cases", [])]
+        correctness = Correctness(**corr)
+    extra: dict[str, Any] = {"correctness": correctness, "notes": list(report.get("notes", [])),
+                             "timings": dict(report.get("timings", {}))}
+    if report.get("error"):
+        err = report["error"]
+        error = EvalError(err["kind"], err["detail"], err.get("line"), err.get("stage"))
+        return failure(task=task.task_id, target=target, host=host, stage=report["stage"], error=error,  # type: ignore[arg-type]
+                       verdict=report.get("verdict"), **extra)
+    perf = Performance(**report["performance"])
+    assert correctness is not None
+    verdict = "ok" if correctness.status == "passed" else "unverified"
+    message = (f"{verdict}: x{perf.speedup:.2f} vs reference ({perf.method}: {perf.candidate:.4g} ms vs "
+               f"{perf.reference:.4g} ms on {target}), {perf.roofline_fraction or 0:.0%} of roofline")
+    if verdict == "unverified":
+        message += "; correctness was not checked: " + "; ".join(correctness.notes)[:300]
+    if perf.flags:
+        message += f"; flagged: {', '.join(f.split(':')[0] for f in perf.flags)}"
+    return EvalResult(task=task.task_id, target=target, host=host, verdict=verdict, stage="done",  # type: ignore[arg-type]
+                      message=message, performance=perf, profile=report.get("profile"), **extra)
+
+
+def evaluate(request: EvalRequest, settings: Settings, *, eval_id: str | None = None,
+             on_stage: Callable[[str], None] | None = None) -> EvalResult:
+    """Evaluate one candidate. Raises TaskError / KernelFileError / UnknownTarget for bad input."""
+    started = time.perf_counter()
+    task = load_task(request.task_dir)
+    chip = get_chip(request.target)
+    host = detect_host()
+    try:
+        source = request.kernel_path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KernelFileError(f"cannot read the kernel file {request.kernel_path}: {exc}") from None
+    settings.ensure_dirs()
+    eval_id = eval_id or _new_eval_id(task)
+    artifacts = settings.artifacts_dir / eval_id
+    artifacts.mkdir(parents=True, exist_ok=True)
+    kernel_copy = artifacts / "candidate.py"
+    kernel_copy.write_text(source)
+    artifact_map = {"candidate": str(kernel_copy)}
+    allow_pure_jax = request.allow_pure_jax or task.allow_pure_jax
+
+    try:
+        check_source(source, expected_params=task.param_count, allow_pure_jax=allow_pure_jax,
+                     filename=str(kernel_copy))
+        if on_stage:
+            on_stage("static")
+    except StaticViolation as violation:
+        result = failure(task=task.task_id, target=chip.name, host=host, stage="static", error=violation.error)  # type: ignore[arg-type]
+        return _finish(result, artifacts, artifact_map, started)
+
+    workdir = artifacts / "work"
+    llo_dir = workdir / "llo_dump"
+    llo_dir.mkdir(parents=True, exist_ok=True)
+    child_request = {
+        "task_dir": str(task.path), "kernel_path": str(kernel_copy), "target": chip.name, "host": host,
+        "allow_pure_jax": allow_pure_jax, "artifacts_dir": str(artifacts), "workdir": str(workdir),
+        "cache_dir": str(settings.cache_dir), "llo_dump_dir": str(llo_dir),
+        "interpret_grid_steps": settings.limits.interpret_grid_steps,
+    }
+    request_path = workdir / "request.json"
+    request_path.write_text(json.dumps(child_request, indent=1))
+    env = child_environment(workdir=workdir, llo_dump_dir=llo_dir, on_tpu=host == "tpu",
+                            target_accelerator=f"{chip.name}-1")
+    outcome = run_child(module="tpu_runner.child", args=[str(request_path)], workdir=workdir, env=env,
+                        limits=settings.limits, on_stage=on_stage)
+    report_path = workdir / "child_result.json"
+    if outcome.returncode == 0 and report_path.is_file() and not (outcome.timed_out or outcome.memory_exceeded):
+        report = json.loads(report_path.read_text())
+        if "task_error" in report:
+            raise TaskError(report["task_error"])
+        result = _from_child(report, task=task, target=chip.name, host=host)
+    else:
+        stage, error = _outcome_error(outcome, settings.limits.wall_seconds, settings.limits.memory_mib)
+        verdict = "timeout" if error.kind == "timeout" else "crashed"
+        result = failure(task=task.task_id, target=chip.name, host=host, stage=stage, error=error, verdict=verdict)  # type: ignore[arg-type]
+    result.timings["child_wall"] = outcome.wall_seconds
+    result.timings["peak_rss_mib"] = outcome.peak_rss_mib
+    (workdir / "stderr.txt").exists() and artifact_map.setdefault("log", str(workdir / "stderr.txt"))
+    if result.profile:
+        (artifacts / "profile.txt").write_text(result.profile["summary"] + "\n")
+        artifact_map["profile_summary"] = str(artifacts / "profile.txt")
+        chart = render_profile_chart(result.profile, artifacts / "profile.png",
+                                     title=f"{task.task_id} on {chip.name} ({result.profile['method']})")
+        artifact_map["profile_chart"] = str(chart)
+    for ir in sorted(artifacts.glob("candidate.config*.stablehlo.mlir")):
+        artifact_map[ir.stem.replace(".", "_")] = str(ir)
+    if (artifacts / "llo").is_dir():
+        artifact_map["static_profiles"] = str(artifacts / "llo")
+    shutil.rmtree(llo_dir, ignore_errors=True)
+    return _finish(result, artifacts, artifact_map, started)
+
+
+def _finish(result: EvalResult, artifacts: Path, artifact_map: dict[str, str], started: float) -> EvalResult:
+    result.artifacts = {**artifact_map, "result": str(artifacts / "result.json")}
+    total = time.perf_counter() - started
+    stage_seconds = sum(v for k, v in result.timings.items() if k in ("lower", "compile", "correctness",
+                                                                      "performance", "profile"))
+    result.timings["total"] = total
+    result.timings["overhead"] = max(0.0, total - stage_seconds)
+    (artifacts / "result.json").write_text(json.dumps(result.to_json(), indent=1, default=float))
+    return result
+
+
+def evaluate_many(requests: Iterable[EvalRequest], settings: Settings, *, workers: int | None = None,
+                  on_done: Callable[[EvalRequest, EvalResult | Exception], None] | None = None
+                  ) -> list[EvalResult | Exception]:
+    """Evaluate candidates in parallel, one sandboxed child each, up to `workers` at a time."""
+    items = list(requests)
+
+    def one(req: EvalRequest) -> EvalResult | Exception:
+        try:
+            outcome: EvalResult | Exception = evaluate(req, settings)
+        except (TaskError, KernelFileError, ValueError) as exc:
+            outcome = exc
+        if on_done:
+            on_done(req, outcome)
+        return outcome
+
+    with ThreadPoolExecutor(max_workers=workers or settings.eval_workers) as pool:
+        return list(pool.map(one, items))

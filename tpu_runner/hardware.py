@@ -1,0 +1,96 @@
+"""TPU targets: one sourced spec table, the libtpu topology for each, and roofline arithmetic.
+
+Sources, per chip (one chip, one TensorCore view as the 1x1 topologies compile for):
+- peak bf16 / int8 and HBM bandwidth: Google Cloud TPU system-architecture pages (v5e, v5p, v6e "Trillium");
+  JAX's `pltpu.get_tpu_info_for_chip` agrees for v5e and v6e (it lists v5p per TensorCore, half of these).
+- VMEM: `pltpu.get_tpu_info_for_chip(...).vmem_capacity_bytes` in jax 0.12.
+- clock: calibrated here from libtpu's static LLO profile of a 4096^3 bf16 XLA matmul, which reached
+  1.548 (v5e), 1.864 (v6e) and 1.808 (v5p) GHz-equivalents at 100% of peak; XLA reaches ~97% of peak on
+  such a matmul, giving the published 1.5 GHz for v5e and 1.75 GHz for v5p. Used only to turn the
+  compiler's cycle estimates into seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ChipSpec:
+    name: str
+    topology: str  # libtpu topology for a single-chip ahead-of-time compile
+    device_kind: str  # what jax.devices() reports on this chip
+    peak_flops: dict[str, float]  # per dtype family, FLOP/s (int8: OP/s)
+    hbm_bandwidth: float  # bytes/s
+    vmem_bytes: int
+    hbm_bytes: int
+    clock_hz: float
+
+    def peak_for(self, dtype_name: str) -> float:
+        """Peak for a dtype; float dtypes other than bf16 are bounded by the bf16 MXU peak."""
+        if dtype_name.startswith(("int", "uint")) and "int8" in self.peak_flops:
+            return self.peak_flops["int8"]
+        return self.peak_flops["bf16"]
+
+
+CHIPS: dict[str, ChipSpec] = {
+    "v5e": ChipSpec(
+        name="v5e", topology="v5e=1x1", device_kind="TPU v5 lite",
+        peak_flops={"bf16": 197e12, "int8": 394e12}, hbm_bandwidth=819e9,
+        vmem_bytes=128 * 2**20, hbm_bytes=16 * 2**30, clock_hz=1.5e9,
+    ),
+    "v6e": ChipSpec(
+        name="v6e", topology="v6e=1x1", device_kind="TPU v6 lite",
+        peak_flops={"bf16": 918e12, "int8": 1836e12}, hbm_bandwidth=1640e9,
+        vmem_bytes=128 * 2**20, hbm_bytes=32 * 2**30, clock_hz=1.81e9,
+    ),
+    "v5p": ChipSpec(
+        name="v5p", topology="v5p=1x1x1", device_kind="TPU v5",
+        peak_flops={"bf16": 459e12, "int8": 918e12}, hbm_bandwidth=2765e9,
+        vmem_bytes=64 * 2**20, hbm_bytes=95 * 2**30, clock_hz=1.75e9,
+    ),
+}
+
+
+class UnknownTarget(ValueError):
+    pass
+
+
+def get_chip(target: str) -> ChipSpec:
+    try:
+        return CHIPS[target]
+    except KeyError:
+        raise UnknownTarget(f"unknown target {target!r}; choose one of {', '.join(CHIPS)}") from None
+
+
+def chip_for_device_kind(device_kind: str) -> ChipSpec | None:
+    return next((c for c in CHIPS.values() if c.device_kind == device_kind), None)
+
+
+@dataclass(frozen=True)
+class Roofline:
+    flops: float
+    bytes: float
+    compute_seconds: float
+    memory_seconds: float
+
+    @property
+    def seconds(self) -> float:
+        return max(self.compute_seconds, self.memory_seconds)
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_seconds >= self.memory_seconds else "memory"
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes if self.bytes else float("inf")
+
+
+def roofline(chip: ChipSpec, *, flops: float, bytes_moved: float, dtype_name: str) -> Roofline:
+    return Roofline(
+        flops=flops,
+        bytes=bytes_moved,
+        compute_seconds=flops / chip.peak_for(dtype_name),
+        memory_seconds=bytes_moved / chip.hbm_bandwidth,
+    )

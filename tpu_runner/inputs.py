@@ -1,0 +1,52 @@
+"""Evaluator-owned inputs: shapes and dtypes come from the task, values from seeds the candidate never sees."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tpu_runner.tasks import ArgSpec, Configuration
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    distribution: str  # "task" (the task's own values), "normal", "uniform", "large"
+    seed: int
+
+
+# One case per distribution; "large" is the adversarial one (numerically unstable kernels overflow on it).
+EVALUATOR_CASES: tuple[Case, ...] = (
+    Case("task", "task", 0),
+    Case("normal", "normal", 7919),
+    Case("uniform", "uniform", 104729),
+    Case("large", "large", 1299709),
+)
+LARGE_SCALE = 64.0
+
+
+def _draw(spec: ArgSpec, distribution: str, rng: np.random.Generator) -> np.ndarray:
+    dtype = np.dtype(spec.dtype)
+    if dtype == np.bool_:
+        return rng.random(spec.shape) < 0.5
+    if np.issubdtype(dtype, np.integer):
+        lo, hi = spec.int_range if spec.int_range else (0, min(np.iinfo(dtype).max, 127))
+        return rng.integers(lo, hi + 1, size=spec.shape, dtype=np.int64).astype(dtype)
+    if distribution == "uniform":
+        values = rng.uniform(-1.0, 1.0, size=spec.shape)
+    elif distribution == "large":
+        values = rng.standard_normal(spec.shape) * LARGE_SCALE
+    else:
+        values = rng.standard_normal(spec.shape)
+    return values.astype(np.float32).astype(dtype)
+
+
+def case_inputs(config: Configuration, case: Case) -> list[np.ndarray] | None:
+    """Host arrays for one case, or None when the case does not apply (no task values to reuse)."""
+    if case.distribution == "task":
+        if config.values is None:
+            return None
+        return [np.array(v) for v in config.values]
+    rng = np.random.default_rng(case.seed)
+    return [_draw(spec, case.distribution, rng) for spec in config.dynamic]

@@ -1,0 +1,55 @@
+"""Walk a traced program: every equation at any depth, for policy checks on candidates."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from jax.extend import core as jex_core
+
+KERNEL_PRIMITIVES = frozenset({"pallas_call", "mpmd_map"})  # mpmd_map: pl.kernel / core_map
+CALLBACK_PRIMITIVES = frozenset({"pure_callback", "io_callback", "debug_callback", "callback", "host_callback"})
+
+
+def _sub_jaxprs(value: Any) -> Iterator[Any]:
+    if isinstance(value, jex_core.ClosedJaxpr):
+        yield value.jaxpr
+    elif isinstance(value, jex_core.Jaxpr):
+        yield value
+    elif isinstance(value, tuple | list):
+        for item in value:
+            yield from _sub_jaxprs(item)
+
+
+def iter_eqns(jaxpr: Any) -> Iterator[Any]:
+    """Every equation, depth first, including those inside jit, cond, scan, custom_jvp and kernel bodies."""
+    if isinstance(jaxpr, jex_core.ClosedJaxpr):
+        jaxpr = jaxpr.jaxpr
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for sub in _sub_jaxprs(value):
+                yield from iter_eqns(sub)
+
+
+def pallas_calls(jaxpr: Any) -> list[Any]:
+    return [e for e in iter_eqns(jaxpr) if e.primitive.name in KERNEL_PRIMITIVES]
+
+
+def vmem_limit(eqn: Any) -> int | None:
+    params = eqn.params.get("compiler_params") or {}
+    values = params.values() if isinstance(params, dict) else [params]
+    for p in values:
+        limit = getattr(p, "vmem_limit_bytes", None)
+        if limit:
+            return int(limit)
+    return None
+
+
+def callbacks(jaxpr: Any) -> list[str]:
+    return sorted({e.primitive.name for e in iter_eqns(jaxpr) if e.primitive.name in CALLBACK_PRIMITIVES})
+
+
+def aliased_calls(jaxpr: Any) -> list[str]:
+    return [str(e.params.get("name") or "pallas_call") for e in pallas_calls(jaxpr)
+            if e.params.get("input_output_aliases")]

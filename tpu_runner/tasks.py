@@ -1,0 +1,250 @@
+"""Kernel tasks in the JaxBench format: a directory with `reference.py` and `kernel_task.yaml`.
+
+`load_task` reads a task without running any of its code (safe in any process). Running the reference
+(`import_reference`, `configurations`) happens only where JAX is wanted: the evaluation child and
+`kernelbot tasks`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+
+from tpu_runner.static_check import reference_param_count
+
+KNOWN_FAMILIES = ("elementwise", "row_reduction", "matmul", "matmul_epilogue", "batched_matmul", "attention",
+                  "scan", "convolution")
+
+
+class TaskError(ValueError):
+    """A task directory that cannot be used; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class Task:
+    task_id: str
+    description: str
+    path: Path
+    atol: tuple[float, ...]  # one per configuration, or a single value for all
+    rtol: tuple[float, ...]
+    family: str | None
+    allow_pure_jax: bool
+    allow_input_output_aliases: bool
+    input_gen_code: str | None
+    reference_source: str
+    digest: str  # content hash of reference.py + kernel_task.yaml
+
+    @property
+    def reference_path(self) -> Path:
+        return self.path / "reference.py"
+
+    @property
+    def param_count(self) -> int | None:
+        return reference_param_count(self.reference_source)
+
+    def tolerance(self, config_index: int) -> tuple[float, float]:
+        pick = min(config_index, len(self.atol) - 1), min(config_index, len(self.rtol) - 1)
+        return self.atol[pick[0]], self.rtol[pick[1]]
+
+
+def _tolerances(raw: Any, name: str, where: Path) -> tuple[float, ...]:
+    values = raw if isinstance(raw, list) else [raw]
+    if not values:
+        raise TaskError(f"{where}: '{name}' is an empty list; give a number or one per configuration")
+    out: list[float] = []
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            raise TaskError(f"{where}: '{name}' must be a non-negative number (or a list of them), got {value!r}")
+        out.append(float(value))
+    return tuple(out)
+
+
+def load_task(path: str | Path) -> Task:
+    root = Path(path).expanduser().resolve()
+    if not root.is_dir():
+        raise TaskError(f"task directory {root} does not exist")
+    ref = root / "reference.py"
+    meta_path = root / "kernel_task.yaml"
+    missing = [p.name for p in (ref, meta_path) if not p.is_file()]
+    if missing:
+        raise TaskError(f"{root} is not a task: missing {', '.join(missing)} "
+                        "(a task is a directory with reference.py and kernel_task.yaml)")
+    meta_text = meta_path.read_text()
+    try:
+        meta = yaml.safe_load(meta_text)
+    except yaml.YAMLError as exc:
+        raise TaskError(f"{meta_path}: not valid YAML: {exc}") from None
+    if not isinstance(meta, dict):
+        raise TaskError(f"{meta_path}: expected a mapping with task_id, description, atol, rtol")
+    for key in ("atol", "rtol"):
+        if key not in meta:
+            raise TaskError(f"{meta_path}: missing '{key}' (the correctness tolerance is required)")
+    family = meta.get("family")
+    if family is not None and family not in KNOWN_FAMILIES:
+        raise TaskError(f"{meta_path}: family {family!r} is not one of {', '.join(KNOWN_FAMILIES)}")
+    source = ref.read_text()
+    try:
+        compile(source, str(ref), "exec")
+    except SyntaxError as exc:
+        raise TaskError(f"{ref}:{exc.lineno}: syntax error in the reference: {exc.msg}") from None
+    return Task(
+        task_id=str(meta.get("task_id") or root.name),
+        description=str(meta.get("description") or "").strip(),
+        path=root,
+        atol=_tolerances(meta["atol"], "atol", meta_path),
+        rtol=_tolerances(meta["rtol"], "rtol", meta_path),
+        family=family,
+        allow_pure_jax=bool(meta.get("allow_pure_jax", False)),
+        allow_input_output_aliases=bool(meta.get("allow_input_output_aliases", False)),
+        input_gen_code=meta.get("input_gen_code"),
+        reference_source=source,
+        digest=hashlib.sha256(source.encode() + b"\0" + meta_text.encode()).hexdigest()[:16],
+    )
+
+
+def discover_tasks(suite: str | Path) -> list[Path]:
+    root = Path(suite).expanduser().resolve()
+    if not root.is_dir():
+        raise TaskError(f"suite directory {root} does not exist")
+    return sorted(p for p in root.iterdir() if (p / "kernel_task.yaml").is_file())
+
+
+# --- running the reference (JAX processes only) -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    shape: tuple[int, ...]
+    dtype: str
+    int_range: tuple[int, int] | None = None  # integer inputs: the task's own min and max
+
+    @property
+    def nbytes(self) -> int:
+        import numpy as np
+
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    def describe(self) -> str:
+        return f"{self.dtype}[{','.join(map(str, self.shape))}]"
+
+
+@dataclass(frozen=True)
+class Configuration:
+    dynamic: tuple[ArgSpec, ...]
+    static: tuple[Any, ...]
+    values: tuple[Any, ...] | None = None  # the task's own arrays, when they were materialised
+
+    @property
+    def static_argnums(self) -> tuple[int, ...]:
+        start = len(self.dynamic)
+        return tuple(range(start, start + len(self.static)))
+
+    def describe(self) -> str:
+        parts = [a.describe() for a in self.dynamic] + [repr(s) for s in self.static]
+        return ", ".join(parts)
+
+
+def import_reference(task: Task) -> ModuleType:
+    """Import reference.py under a private module name; errors become TaskError."""
+    name = f"kernelbot_reference_{task.digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, task.reference_path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+        if not hasattr(module, "get_inputs") and task.input_gen_code:
+            exec(compile(task.input_gen_code, f"{task.path}/kernel_task.yaml:input_gen_code", "exec"),
+                 module.__dict__)
+    except Exception as exc:
+        raise TaskError(f"{task.reference_path}: importing the reference raised {type(exc).__name__}: {exc}") from exc
+    for required in ("computation", "get_inputs"):
+        if not callable(getattr(module, required, None)):
+            raise TaskError(f"{task.reference_path}: must define {required}()")
+    sys.modules[name] = module
+    return module
+
+
+def _is_array(x: Any) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "dtype")
+
+
+def _is_pair(value: Any) -> bool:
+    return (isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 2
+            and isinstance(value[0], Sequence) and isinstance(value[1], Sequence)
+            and all(_is_array(x) for x in value[0]) and not any(_is_array(x) for x in value[1]))
+
+
+def split_configurations(value: Any, where: str) -> list[tuple[list[Any], list[Any]]]:
+    """`(dynamic, static)` or a list of such pairs -> a list of pairs."""
+    if _is_pair(value):
+        return [(list(value[0]), list(value[1]))]
+    if isinstance(value, Sequence) and value and all(_is_pair(v) for v in value):
+        return [(list(v[0]), list(v[1])) for v in value]
+    raise TaskError(f"{where} must return (dynamic_args, static_args) - a list of arrays and a list of Python "
+                    "scalars - or a list of such pairs")
+
+
+def _call_inputs(module: ModuleType, fn_name: str, task: Task) -> Any:
+    try:
+        return getattr(module, fn_name)()
+    except Exception as exc:
+        raise TaskError(f"{task.reference_path}: {fn_name}() raised {type(exc).__name__}: {exc}") from exc
+
+
+def _spec_of(x: Any, with_range: bool) -> ArgSpec:
+    import numpy as np
+
+    dtype = np.dtype(x.dtype)
+    rng = None
+    if with_range and (np.issubdtype(dtype, np.integer) or dtype == np.bool_) and x.size:
+        arr = np.asarray(x)
+        rng = (int(arr.min()), int(arr.max()))
+    return ArgSpec(tuple(int(d) for d in x.shape), str(dtype), rng)
+
+
+def concrete_configurations(task: Task, fn_name: str) -> list[Configuration]:
+    """Call get_inputs / get_test_inputs for real, keeping the task's own values."""
+    module = import_reference(task)
+    pairs = split_configurations(_call_inputs(module, fn_name, task), f"{task.reference_path}: {fn_name}()")
+    return [Configuration(tuple(_spec_of(x, True) for x in dyn), tuple(static), tuple(dyn)) for dyn, static in pairs]
+
+
+def abstract_configurations(task: Task) -> list[Configuration]:
+    """Shapes of the production inputs without materialising them (get_inputs traced by eval_shape).
+
+    Integer inputs keep no value range here; production configurations are only compiled, never run on CPU.
+    """
+    import jax
+
+    module = import_reference(task)
+    statics: list[list[list[Any]]] = []
+
+    def dynamic_only() -> list[list[Any]]:
+        pairs = split_configurations(module.get_inputs(), f"{task.reference_path}: get_inputs()")
+        statics.append([s for _, s in pairs])
+        return [d for d, _ in pairs]
+
+    try:
+        shapes = jax.eval_shape(dynamic_only)
+    except TaskError:
+        raise
+    except Exception:
+        # Inputs built with host-side code (numpy RNG, Python loops) cannot be traced: run them for real.
+        return [Configuration(c.dynamic, c.static) for c in concrete_configurations(task, "get_inputs")]
+    return [Configuration(tuple(_spec_of(x, False) for x in dyn), tuple(static))
+            for dyn, static in zip(shapes, statics[0], strict=True)]
+
+
+def has_test_inputs(task: Task) -> bool:
+    return callable(getattr(import_reference(task), "get_test_inputs", None))
