@@ -26,6 +26,13 @@ def _int(env: dict[str, str], name: str, default: int, minimum: int = 1) -> int:
     return value
 
 
+def _choice(env: dict[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = env.get(name) or default
+    if value not in choices:
+        raise SettingsError(f"{name}={value!r} must be one of {', '.join(choices)}")
+    return value
+
+
 @dataclass(frozen=True)
 class EvalLimits:
     """Resource limits for one sandboxed evaluation (a child process)."""
@@ -44,6 +51,8 @@ class Settings:
     home: Path
     default_target: str = "v6e"
     eval_workers: int = 2
+    # "fast": libtpu's fast-forward static profile (seconds per compile); "exact": the unrolled one (slow, heavy).
+    static_profile: str = "fast"
     limits: EvalLimits = field(default_factory=EvalLimits)
 
     @property
@@ -79,5 +88,6 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         home=home,
         default_target=env.get("KERNELBOT_TARGET", "v6e"),
         eval_workers=_int(env, "KERNELBOT_EVAL_WORKERS", 2),
+        static_profile=_choice(env, "KERNELBOT_STATIC_PROFILE", "fast", ("fast", "exact")),
         limits=limits,
     )

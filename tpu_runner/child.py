@@ -50,6 +50,7 @@ class Child:
         self.candidate_path = request["kernel_path"]
         self.chip: ChipSpec = get_chip(request["target"])
         self.profile = StaticProfile(Path(request["llo_dump_dir"]) if request.get("llo_dump_dir") else None)
+        self.mode = request.get("static_profile", "fast")
         self.timings: dict[str, float] = {}
         self.notes: list[str] = []
 
@@ -128,7 +129,7 @@ class Child:
 
     def reference_costs(self, task: Task, ref_fn: Any, configs: list[Configuration]) -> list[dict[str, Any]]:
         """Compile the reference under the same options; cached per task, target and toolchain."""
-        key = f"{task.task_id}-{task.digest}-{self.chip.name}-jax{jax.__version__}.json"
+        key = f"{task.task_id}-{task.digest}-{self.chip.name}-{self.mode}-jax{jax.__version__}.json"
         path = self.cache_dir / "reference" / key
         if path.is_file():
             return json.loads(path.read_text())
@@ -188,8 +189,8 @@ class Child:
             c["report"].memory.get("output_size_in_bytes", 0) for c in cand)
         dtype = prod[0].dynamic[0].dtype if prod and prod[0].dynamic else "float32"
         roof = roofline(chip, flops=flops, bytes_moved=compulsory, dtype_name=dtype)
-        c_est = estimate(chip, cycles=c_cycles, hbm_bytes=c_bytes)
-        r_est = estimate(chip, cycles=r_cycles, hbm_bytes=r_bytes)
+        c_est = estimate(chip, cycles=c_cycles, hbm_bytes=c_bytes, mode=self.mode)
+        r_est = estimate(chip, cycles=r_cycles, hbm_bytes=r_bytes, mode=self.mode)
         flags = performance_flags(candidate_seconds=c_est.seconds, roofline=roof)
         if not all(c["traffic"].exact for c in cand):
             flags.append("traffic_lower_bound: a kernel moves data itself (memory_space ANY); its HBM bytes are a "
@@ -211,7 +212,8 @@ class Child:
             roofline_fraction=roof.seconds / c_est.seconds if c_est.seconds else None,
             roofline_ms=roof.seconds * 1e3, bound=c_est.bound, flops=flops, bytes=c_bytes, flags=flags,
             detail={"candidate_cycles": c_cycles, "reference_cycles": r_cycles, "reference_bytes": r_bytes,
-                    "clock_hz": chip.clock_hz, "hbm_bandwidth": chip.hbm_bandwidth,
+                    "cycle_model": f"libtpu static LLO profile ({self.mode})",
+                    "cycles_per_second": chip.cycle_rate(self.mode), "hbm_bandwidth": chip.hbm_bandwidth,
                     "ir_hash": cand[0]["ir_hash"] if cand else None},
         )
         return perf, profile

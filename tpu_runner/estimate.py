@@ -33,8 +33,8 @@ class TimeEstimate:
         return "compute" if self.compute_seconds >= self.memory_seconds else "memory"
 
 
-def estimate(chip: ChipSpec, *, cycles: int, hbm_bytes: float) -> TimeEstimate:
-    return TimeEstimate(cycles=cycles, hbm_bytes=hbm_bytes, compute_seconds=cycles / chip.clock_hz,
+def estimate(chip: ChipSpec, *, cycles: int, hbm_bytes: float, mode: str = "fast") -> TimeEstimate:
+    return TimeEstimate(cycles=cycles, hbm_bytes=hbm_bytes, compute_seconds=cycles / chip.cycle_rate(mode),
                         memory_seconds=hbm_bytes / chip.hbm_bandwidth)
 
 

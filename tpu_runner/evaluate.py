@@ -126,12 +126,12 @@ def evaluate(request: EvalRequest, settings: Settings, *, eval_id: str | None = 
         "task_dir": str(task.path), "kernel_path": str(kernel_copy), "target": chip.name, "host": host,
         "allow_pure_jax": allow_pure_jax, "artifacts_dir": str(artifacts), "workdir": str(workdir),
         "cache_dir": str(settings.cache_dir), "llo_dump_dir": str(llo_dir),
-        "interpret_grid_steps": settings.limits.interpret_grid_steps,
+        "interpret_grid_steps": settings.limits.interpret_grid_steps, "static_profile": settings.static_profile,
     }
     request_path = workdir / "request.json"
     request_path.write_text(json.dumps(child_request, indent=1))
     env = child_environment(workdir=workdir, llo_dump_dir=llo_dir, on_tpu=host == "tpu",
-                            target_accelerator=f"{chip.name}-1")
+                            target_accelerator=f"{chip.name}-1", static_profile=settings.static_profile)
     outcome = run_child(module="tpu_runner.child", args=[str(request_path)], workdir=workdir, env=env,
                         limits=settings.limits, on_stage=on_stage)
     report_path = workdir / "child_result.json"

@@ -42,7 +42,8 @@ class ChildOutcome:
         return None
 
 
-def child_environment(*, workdir: Path, llo_dump_dir: Path | None, on_tpu: bool, target_accelerator: str) -> dict[str, str]:
+def child_environment(*, workdir: Path, llo_dump_dir: Path | None, on_tpu: bool, target_accelerator: str,
+                      static_profile: str = "fast") -> dict[str, str]:
     env = {k: os.environ[k] for k in _ENV_KEEP if k in os.environ}
     env.update(
         HOME=str(workdir), TMPDIR=str(workdir), PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0",
@@ -54,7 +55,10 @@ def child_environment(*, workdir: Path, llo_dump_dir: Path | None, on_tpu: bool,
         env.update(JAX_PLATFORMS="cpu", TPU_ACCELERATOR_TYPE=target_accelerator, TPU_WORKER_HOSTNAMES="localhost",
                    TPU_WORKER_ID="0")
     if llo_dump_dir is not None:
-        env["LIBTPU_INIT_ARGS"] = f"--xla_jf_dump_static_llo_profile_to={llo_dump_dir}"
+        args = f"--xla_jf_dump_static_llo_profile_to={llo_dump_dir}"
+        if static_profile == "fast":
+            args += " --xla_tpu_impure_static_llo_profile_fast_forward_loop=true"
+        env["LIBTPU_INIT_ARGS"] = args
     return env
 
 

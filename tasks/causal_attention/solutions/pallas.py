@@ -1,0 +1,129 @@
+"""Pallas TPU kernel: causal flash attention (online softmax over kv blocks).
+
+Grid (batch, heads, q_blocks, kv_blocks) with the kv axis last and "arbitrary". The running
+row max m, row sum l and the output accumulator live in f32 VMEM scratch across kv steps.
+kv blocks lying entirely above the causal diagonal are skipped, and their index map is clamped
+to the last needed kv block so that the pipeline does not fetch them either.
+"""
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+DEFAULT_BLOCK_Q = 512
+DEFAULT_BLOCK_KV = 512
+MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
+
+
+def _pick_block(dim, preferred, align):
+  """Largest multiple of `align` that divides `dim` and is <= `preferred` (else `dim`)."""
+  if dim <= preferred:
+    return dim
+  block = preferred - preferred % align
+  while block >= align:
+    if dim % block == 0:
+      return block
+    block -= align
+  return dim
+
+
+def _last_kv_block(q_block_idx, block_q, block_kv):
+  """Index of the last kv block that a causal q block attends to."""
+  # lax.div (truncating) == floor division here since the operands are non-negative; it
+  # avoids the sign() that jnp's floor division would lower to inside the kernel.
+  return jax.lax.div(q_block_idx * block_q + block_q - 1, block_kv)
+
+
+def _flash_attention_kernel(q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *,
+                            sm_scale, block_q, block_kv, num_kv_blocks):
+  # q_ref: [block_q, head_dim], k_ref / v_ref: [block_kv, head_dim] (batch, head squeezed)
+  # o_ref: [block_q, head_dim]
+  # m_ref, l_ref: [block_q, 1] f32 scratch, acc_ref: [block_q, head_dim] f32 scratch
+  q_idx = pl.program_id(2)
+  kv_idx = pl.program_id(3)
+
+  @pl.when(kv_idx == 0)
+  def _init():
+    m_ref[...] = jnp.full_like(m_ref, -jnp.inf)
+    l_ref[...] = jnp.zeros_like(l_ref)
+    acc_ref[...] = jnp.zeros_like(acc_ref)
+
+  q_start = q_idx * block_q
+  kv_start = kv_idx * block_kv
+
+  @pl.when(kv_start <= q_start + block_q - 1)
+  def _compute():
+    q = q_ref[...]  # [block_q, head_dim]
+    k = k_ref[...]  # [block_kv, head_dim]
+    s = jax.lax.dot_general(
+        q, k, (((1,), (1,)), ((), ())),
+        preferred_element_type=jnp.float32) * sm_scale  # [block_q, block_kv]
+    rows = q_start + jax.lax.broadcasted_iota(jnp.int32, s.shape, 0)
+    cols = kv_start + jax.lax.broadcasted_iota(jnp.int32, s.shape, 1)
+    s = jnp.where(cols <= rows, s, MASK_VALUE)  # [block_q, block_kv]
+
+    m_prev = m_ref[...]  # [block_q, 1]
+    m_new = jnp.maximum(m_prev, jnp.max(s, axis=-1, keepdims=True))  # [block_q, 1]
+    alpha = jnp.exp(m_prev - m_new)  # [block_q, 1]
+    p = jnp.exp(s - m_new)  # [block_q, block_kv]
+    l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=-1, keepdims=True)
+    pv = jnp.dot(p.astype(v_ref.dtype), v_ref[...],
+                 preferred_element_type=jnp.float32)  # [block_q, head_dim]
+    acc_ref[...] = alpha * acc_ref[...] + pv
+    m_ref[...] = m_new
+
+  @pl.when(kv_idx == num_kv_blocks - 1)
+  def _store():
+    o_ref[...] = (acc_ref[...] / l_ref[...]).astype(o_ref.dtype)
+
+
+def computation(q, k, v):
+  batch, heads, seq, head_dim = q.shape
+  assert k.shape == q.shape and v.shape == q.shape, (q.shape, k.shape, v.shape)
+  sm_scale = 1.0 / math.sqrt(head_dim)
+  block_q = _pick_block(seq, DEFAULT_BLOCK_Q, 16)
+  block_kv = _pick_block(seq, DEFAULT_BLOCK_KV, 128)
+  num_q_blocks = seq // block_q
+  num_kv_blocks = seq // block_kv
+  grid = (batch, heads, num_q_blocks, num_kv_blocks)
+
+  def q_index_map(b, h, i, j):
+    return (b, h, i, 0)
+
+  def kv_index_map(b, h, i, j):
+    # Blocks past the diagonal are skipped in the kernel; re-using the last needed block
+    # index means the pipeline issues no copy for them.
+    return (b, h, jnp.minimum(j, _last_kv_block(i, block_q, block_kv)), 0)
+
+  kernel = functools.partial(
+      _flash_attention_kernel, sm_scale=sm_scale, block_q=block_q,
+      block_kv=block_kv, num_kv_blocks=num_kv_blocks)
+  # Roughly half of the score matrix is computed under the causal mask.
+  causal_flops = 2 * 2 * batch * heads * seq * seq * head_dim // 2
+  return pl.pallas_call(
+      kernel,
+      out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+      grid=grid,
+      in_specs=[
+          pl.BlockSpec((None, None, block_q, head_dim), q_index_map),
+          pl.BlockSpec((None, None, block_kv, head_dim), kv_index_map),
+          pl.BlockSpec((None, None, block_kv, head_dim), kv_index_map),
+      ],
+      out_specs=pl.BlockSpec((None, None, block_q, head_dim), q_index_map),
+      scratch_shapes=[
+          pltpu.VMEM((block_q, 1), jnp.float32),
+          pltpu.VMEM((block_q, 1), jnp.float32),
+          pltpu.VMEM((block_q, head_dim), jnp.float32),
+      ],
+      compiler_params=pltpu.CompilerParams(
+          dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
+      cost_estimate=pl.CostEstimate(
+          flops=causal_flops,
+          transcendentals=batch * heads * seq * seq // 2,
+          bytes_accessed=q.dtype.itemsize * batch * heads * seq * head_dim * (
+              2 + 2 * (num_q_blocks + 1) // 2)),
+  )(q, k, v)
