@@ -26,7 +26,8 @@ def tasks_table(infos: Sequence[Any], target: str) -> Table:
         table.add_column(col, overflow="fold")
     for i in infos:
         table.add_row(i.task_id, i.family or "-", "; ".join(i.configurations), f"{i.flops / 1e9:.3g}",
-                      f"{i.bytes / 1e6:.1f}", f"{i.roofline_ms:.3g} ms", i.bound, "yes" if i.has_test_inputs else "derived")
+                      f"{i.bytes / 1e6:.1f}", f"{i.roofline_ms:.3g} ms", i.bound,
+                      "yes" if i.has_test_inputs else "derived")
     return table
 
 

@@ -30,8 +30,17 @@ from tpu_runner.estimate import candidate_hbm_bytes, estimate, performance_flags
 from tpu_runner.hardware import ChipSpec, get_chip, roofline
 from tpu_runner.profile import kernel_facts, summarise
 from tpu_runner.result import Correctness, EvalError, Performance
-from tpu_runner.tasks import (ArgSpec, Configuration, Task, TaskError, abstract_configurations,
-                              concrete_configurations, has_test_inputs, import_reference, load_task)
+from tpu_runner.tasks import (
+    ArgSpec,
+    Configuration,
+    Task,
+    TaskError,
+    abstract_configurations,
+    concrete_configurations,
+    has_test_inputs,
+    import_reference,
+    load_task,
+)
 from tpu_runner.traffic import pallas_traffic
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from tpu_runner.inputs import EVALUATOR_CASES, Case, case_inputs
 from tpu_runner.result import CorrectnessCase, EvalError
-from tpu_runner.tasks import Configuration
+from tpu_runner.tasks import Configuration, TaskError
 
 
 class CandidateFailed(Exception):
@@ -169,6 +169,9 @@ def check_configuration(
         label = f"{name}/{case.name}"
         expected = jax.block_until_ready(ref_fn(*_fresh(host, config.static)))
         finite = all(np.isfinite(_host(x)).all() for x in jax.tree.leaves(expected) if _host(x).dtype.kind == "f")
+        if not finite and case.distribution == "task":
+            raise TaskError(f"the reference produces NaN or inf on the task's own inputs ({config.describe()}); "
+                            "fix reference.py or its inputs before evaluating kernels against it")
         if not finite:
             results.append(CorrectnessCase(label, "skipped", note="the reference is not finite on these inputs"))
             continue
@@ -180,7 +183,8 @@ def check_configuration(
                 if not checked_determinism:
                     again = jax.block_until_ready(cand_fn(*_fresh(host, config.static)))
         except Exception as exc:
-            error = from_exception(exc, stage="correctness", candidate_path=candidate_path, default_kind="runtime_error")
+            error = from_exception(exc, stage="correctness", candidate_path=candidate_path,
+                                   default_kind="runtime_error")
             raise CandidateFailed(EvalError(error.kind, f"{label}: {error.detail}", error.line, "correctness")) from exc
         for k, (arg, original) in enumerate(zip(args, host, strict=False)):
             if arg.is_deleted():

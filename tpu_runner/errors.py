@@ -56,7 +56,8 @@ def candidate_line(exc: BaseException, candidate_path: str) -> int | None:
     return line
 
 
-def from_exception(exc: BaseException, *, stage: str, candidate_path: str, default_kind: str | None = None) -> EvalError:
+def from_exception(exc: BaseException, *, stage: str, candidate_path: str,
+                   default_kind: str | None = None) -> EvalError:
     text = f"{type(exc).__name__}: {exc}"
     fallback = default_kind or _SNAKE.sub("_", type(exc).__name__).lower()
     kind = classify_text(text, fallback)

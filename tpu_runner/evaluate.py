@@ -19,7 +19,15 @@ from typing import Any
 from storage.settings import Settings
 from tpu_runner.chart import render_profile_chart
 from tpu_runner.hardware import get_chip
-from tpu_runner.result import Correctness, CorrectnessCase, EvalError, EvalResult, Performance, failure
+from tpu_runner.result import (
+    VERDICT_FOR_STAGE,
+    Correctness,
+    CorrectnessCase,
+    EvalError,
+    EvalResult,
+    Performance,
+    failure,
+)
 from tpu_runner.sandbox import ChildOutcome, child_environment, run_child
 from tpu_runner.static_check import StaticViolation, check_source
 from tpu_runner.tasks import Task, TaskError, load_task
@@ -57,6 +65,11 @@ def _outcome_error(outcome: ChildOutcome, limits_wall: int, memory_mib: int) -> 
         return stage, EvalError("memory_limit", f"the evaluation used more than {memory_mib} MiB of memory in the "
                                 f"{stage} stage and was stopped")
     sig = outcome.signal_name
+    checks = [line for line in outcome.stderr_tail.splitlines() if "Check failed" in line or "LLO_CHECK" in line]
+    if sig == "SIGABRT" and stage in ("lower", "compile") and checks:
+        # libtpu aborts the process when an internal check fails on the candidate's program.
+        return stage, EvalError("compiler_crash", "libtpu aborted while compiling this candidate (an internal check "
+                                "failed); rewrite the construct it names:\n" + "\n".join(checks)[-2000:])
     kind = {"SIGXCPU": "cpu_time_limit", "SIGXFSZ": "output_limit"}.get(sig or "", "crashed")
     tail = "\n".join(outcome.stderr_tail.strip().splitlines()[-25:])
     how = f"killed by {sig}" if sig else f"exited with status {outcome.returncode}"
@@ -142,7 +155,7 @@ def evaluate(request: EvalRequest, settings: Settings, *, eval_id: str | None = 
         result = _from_child(report, task=task, target=chip.name, host=host)
     else:
         stage, error = _outcome_error(outcome, settings.limits.wall_seconds, settings.limits.memory_mib)
-        verdict = "timeout" if error.kind == "timeout" else "crashed"
+        verdict = {"timeout": "timeout", "compiler_crash": VERDICT_FOR_STAGE[stage]}.get(error.kind, "crashed")
         result = failure(task=task.task_id, target=chip.name, host=host, stage=stage, error=error, verdict=verdict)  # type: ignore[arg-type]
     result.timings["child_wall"] = outcome.wall_seconds
     result.timings["peak_rss_mib"] = outcome.peak_rss_mib

@@ -53,3 +53,4 @@ def callbacks(jaxpr: Any) -> list[str]:
 def aliased_calls(jaxpr: Any) -> list[str]:
     return [str(e.params.get("name") or "pallas_call") for e in pallas_calls(jaxpr)
             if e.params.get("input_output_aliases")]
+

@@ -39,14 +39,15 @@ def summarise(profile: dict[str, Any]) -> str:
     lines: list[str] = []
     cand, ref, roof = profile["candidate"], profile["reference"], profile["roofline"]
     method = profile["method"]
+    cand_s = max(cand["seconds"], 1e-12)  # a kernel estimated at 0 s still gets a summary
     lines.append(f"{method} on {profile['target']}: candidate {_ms(cand['seconds'])} vs reference "
-                 f"{_ms(ref['seconds'])} (x{ref['seconds'] / cand['seconds']:.2f}).")
+                 f"{_ms(ref['seconds'])} (x{ref['seconds'] / cand_s:.2f}).")
     if method == "estimated":
         lines.append(f"candidate: compute {_ms(cand['compute_seconds'])} ({cand['cycles']:,} static cycles), HBM "
                      f"{_ms(cand['memory_seconds'])} ({cand['hbm_bytes'] / 1e6:.1f} MB) -> {cand['bound']}-bound.")
     lines.append(f"roofline: {_ms(roof['seconds'])}, {roof['bound']}-bound ({roof['flops'] / 1e9:.3g} GFLOP, "
                  f"{roof['bytes'] / 1e6:.1f} MB compulsory, intensity {roof['intensity']:.3g} FLOP/B); candidate at "
-                 f"{roof['seconds'] / cand['seconds']:.0%} of it.")
+                 f"{roof['seconds'] / cand_s:.0%} of it.")
     for k in profile.get("kernels", []):
         vmem = k["vmem_bytes"]
         limit = k["vmem_limit_bytes"]
@@ -69,7 +70,8 @@ def hints(profile: dict[str, Any]) -> list[str]:
             out.append(f"{k['name']} reads {k['hbm_bytes'] / k['io_bytes']:.1f}x its operands: enlarge blocks along "
                        "the axis that is re-fetched, or reorder the grid so the reused block stays resident.")
         if k["grid_steps"] > 4096 and cand.get("bound") == "compute":
-            out.append(f"{k['name']} runs {k['grid_steps']:,} grid steps: per-step overhead dominates; use larger blocks.")
+            out.append(f"{k['name']} runs {k['grid_steps']:,} grid steps: per-step overhead dominates; "
+                       "use larger blocks.")
         if k["vmem_bytes"] > 0.85 * k["vmem_limit_bytes"]:
             out.append(f"{k['name']} uses {k['vmem_bytes'] / k['vmem_limit_bytes']:.0%} of its VMEM limit: smaller "
                        "blocks or a higher vmem_limit_bytes.")

@@ -3,6 +3,7 @@ an environment without secrets, a scratch working directory, and capped output."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -118,10 +119,8 @@ def run_child(*, module: str, args: list[str], workdir: Path, env: dict[str, str
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            try:  # anything the child left in its session goes too
+            with contextlib.suppress(ProcessLookupError, PermissionError):  # whatever the child left behind
                 os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
     return ChildOutcome(
         returncode=proc.returncode, wall_seconds=time.monotonic() - start, timed_out=timed_out,
         memory_exceeded=memory_exceeded, peak_rss_mib=peak,

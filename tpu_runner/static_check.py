@@ -27,7 +27,13 @@ FORBIDDEN_ATTRIBUTES = frozenset({
     "pure_callback", "io_callback", "callback", "host_callback", "debug", "config", "profiler",
     "block_until_ready", "effects_barrier", "clear_caches", "live_arrays", "device_get", "copy_to_host_async",
     "unsafe_buffer_pointer", "on_device_size_in_bytes",
+    # numpy's file and foreign-memory doors
+    "load", "save", "savez", "savez_compressed", "fromfile", "tofile", "memmap", "loadtxt", "savetxt",
+    "genfromtxt", "fromregex", "DataSource", "ctypeslib", "lib",
 })
+# Methods that mutate a container in place: called on module-level data from a function, they keep state.
+MUTATING_METHODS = frozenset({"update", "setdefault", "append", "extend", "insert", "add", "pop", "popitem",
+                              "clear", "remove", "discard"})
 BROAD_EXCEPTIONS = frozenset({"Exception", "BaseException"})
 
 
@@ -97,11 +103,20 @@ class _Checker(ast.NodeVisitor):
             self.imported.add(alias.asname or alias.name)
 
     def visit_Call(self, node: ast.Call) -> None:
-        if isinstance(node.func, ast.Name) and node.func.id in FORBIDDEN_CALLS:
-            raise _violation("forbidden_call", node, f"call to {node.func.id}() is not allowed in a kernel")
+        func = node.func
+        if (self.function_depth and isinstance(func, ast.Attribute) and func.attr in MUTATING_METHODS
+                and isinstance(func.value, ast.Name) and func.value.id in self.module_names):
+            raise _violation("global_state", node, f"{func.value.id}.{func.attr}() from a function changes "
+                             "module-level state between calls (a cache on inputs); kernels must be pure")
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
+        # Any use, not only a call: `run = eval` would otherwise smuggle the builtin out under another name.
+        if node.id in FORBIDDEN_CALLS:
+            raise _violation("forbidden_call", node, f"{node.id}() is not allowed in a kernel, nor is naming it")
+        if node.id in BROAD_EXCEPTIONS:
+            raise _violation("broad_except", node, f"{node.id} catches every failure (a fallback to another "
+                             "implementation); catch a specific exception type or let errors surface")
         if node.id in ("__builtins__", "__loader__", "__spec__"):
             raise _violation("forbidden_attribute", node, f"use of {node.id} is not allowed")
         if node.id == "pallas_call":
@@ -117,12 +132,11 @@ class _Checker(ast.NodeVisitor):
         if node.attr in ("pallas_call", "kernel", "core_map"):
             self.has_pallas_call = True
         if isinstance(node.ctx, ast.Store | ast.Del):
-            root = node.value
-            while isinstance(root, ast.Attribute):
-                root = root.value
-            if isinstance(root, ast.Name) and root.id in self.imported:
-                raise _violation("monkeypatch", node, f"assigning to {root.id}.{node.attr} patches a library "
-                                 "module; candidates must not change the environment")
+            # Any attribute store: through an alias (`N = np; N.abs = ...`) a module is patched just the same,
+            # and a kernel has no need to set attributes.
+            target = ast.unparse(node)
+            raise _violation("monkeypatch", node, f"assigning to {target} changes shared objects (it could patch a "
+                             "library or the harness); candidates must not set attributes")
         self.generic_visit(node)
 
     def visit_Subscript(self, node: ast.Subscript) -> None:

@@ -1,0 +1,4 @@
+import jax.numpy as jnp
+
+def computation(x:
+    return jnp.exp(x)

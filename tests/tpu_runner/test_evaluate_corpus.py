@@ -1,0 +1,106 @@
+"""The evaluator against a corpus: known-good kernels get `ok`; every trick gets its verdict, stage and kind."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from storage.settings import EvalLimits, Settings
+from tests.conftest import CORPUS, TASKS
+from tpu_runner.evaluate import EvalRequest, evaluate_many
+from tpu_runner.result import EvalResult
+
+GOOD = ["softmax", "layer_norm", "rms_norm", "fused_elementwise", "cross_entropy", "matmul_bf16", "batched_matmul",
+        "causal_attention"]
+
+# kernel file -> (task, verdict, stage, error kind)
+BAD: dict[str, tuple[str, str, str, str]] = {
+    "syntax_error": ("softmax", "rejected", "static", "syntax_error"),
+    "wrong_signature": ("softmax", "rejected", "static", "wrong_signature"),
+    "file_access": ("softmax", "rejected", "static", "forbidden_import"),
+    "network_access": ("softmax", "rejected", "static", "forbidden_import"),
+    "process_spawn": ("softmax", "rejected", "static", "forbidden_import"),
+    "hidden_thread": ("softmax", "rejected", "static", "forbidden_import"),
+    "dynamic_code": ("softmax", "rejected", "static", "forbidden_call"),
+    "timer_patch": ("softmax", "rejected", "static", "monkeypatch"),
+    "not_a_kernel": ("softmax", "rejected", "static", "no_pallas_call"),
+    "swallow_errors": ("softmax", "rejected", "static", "broad_except"),
+    "cache_on_identity": ("softmax", "rejected", "static", "global_state"),
+    "host_callback": ("softmax", "rejected", "static", "forbidden_attribute"),
+    "dead_pallas_call": ("softmax", "rejected", "static", "no_pallas_call"),
+    "input_alias": ("softmax", "rejected", "static", "input_output_alias"),
+    "misaligned_block": ("softmax", "lowering_error", "lower", "block_shape"),
+    "unsupported_primitive": ("softmax", "lowering_error", "lower", "unsupported_primitive"),
+    "vmem_overflow": ("softmax", "compile_error", "compile", "vmem_oom"),
+    "compiler_crash": ("softmax", "compile_error", "compile", "compiler_crash"),
+    "constant_output": ("softmax", "incorrect", "correctness", "mismatch"),
+    "naive_softmax": ("softmax", "incorrect", "correctness", "nan"),
+    "bf16_output": ("softmax", "incorrect", "correctness", "dtype_mismatch"),
+    "out_of_bounds": ("softmax", "incorrect", "correctness", "out_of_bounds"),
+    "uninitialized_accumulator": ("matmul_bf16", "incorrect", "correctness", "nan"),
+    "hang": ("softmax", "timeout", "lower", "timeout"),
+    "memory_bomb": ("softmax", "crashed", "lower", "memory_limit"),
+}
+
+
+def _by_name(requests: list[EvalRequest], results: list[EvalResult | Exception]) -> dict[str, EvalResult]:
+    out = {}
+    for req, res in zip(requests, results, strict=True):
+        assert isinstance(res, EvalResult), f"{req.kernel_path}: {res!r}"
+        out[req.kernel_path.stem if req.kernel_path.parent.name != "solutions" else req.task_dir.name] = res
+    return out
+
+
+@pytest.fixture(scope="module")
+def good_results(settings: Settings) -> dict[str, EvalResult]:
+    requests = [EvalRequest(TASKS / t, TASKS / t / "solutions" / "pallas.py", "v6e") for t in GOOD]
+    return _by_name(requests, evaluate_many(requests, settings, workers=2))
+
+
+@pytest.fixture(scope="module")
+def bad_results(settings: Settings) -> dict[str, EvalResult]:
+    # Tight limits so the hang and the memory bomb are stopped quickly; still ample for honest candidates here.
+    tight = dataclasses.replace(settings, limits=EvalLimits(wall_seconds=90, memory_mib=4096))
+    requests = [EvalRequest(TASKS / task, CORPUS / "bad" / f"{name}.py", "v6e") for name, (task, *_) in BAD.items()]
+    return _by_name(requests, evaluate_many(requests, tight, workers=2))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", GOOD)
+def test_known_good_kernel_is_ok(good_results: dict[str, EvalResult], task: str) -> None:
+    result = good_results[task]
+    assert result.verdict == "ok", result.message
+    assert result.stage == "done"
+    assert result.correctness is not None and result.correctness.status == "passed"
+    assert sum(c.status == "passed" for c in result.correctness.cases) >= 3
+    perf = result.performance
+    assert perf is not None and perf.method == "estimated" and perf.unit == "ms"
+    assert perf.candidate > 0 and perf.reference > 0
+    assert perf.speedup == pytest.approx(perf.reference / perf.candidate)
+    assert 0 < (perf.roofline_fraction or 0) <= 1.0 / 0.9  # nothing beats physics
+    assert not [f for f in perf.flags if f.startswith("faster_than_physics")]
+    assert Path(result.artifacts["profile_chart"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "bound" in result.profile["summary"] and "grid" in result.profile["summary"]
+    saved = json.loads(Path(result.artifacts["result"]).read_text())
+    assert saved["verdict"] == "ok" and saved["task"] == task
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(BAD))
+def test_bad_kernel_gets_its_verdict(bad_results: dict[str, EvalResult], name: str) -> None:
+    _, verdict, stage, kind = BAD[name]
+    result = bad_results[name]
+    assert (result.verdict, result.stage, result.error and result.error.kind) == (verdict, stage, kind), result.message
+    assert result.performance is None
+    assert result.message.startswith(verdict)
+
+
+@pytest.mark.slow
+def test_errors_point_at_the_candidate_line(bad_results: dict[str, EvalResult]) -> None:
+    assert bad_results["syntax_error"].error.line == 3
+    assert bad_results["file_access"].error.line == 1
+    assert bad_results["swallow_errors"].error.line == 8
+    assert "sort" in bad_results["unsupported_primitive"].error.detail

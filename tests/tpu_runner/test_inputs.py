@@ -1,0 +1,106 @@
+"""Evaluator-owned inputs: shapes and dtypes from the task, values from fixed seeds."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tpu_runner.inputs import EVALUATOR_CASES, LARGE_SCALE, Case, case_inputs
+from tpu_runner.tasks import ArgSpec, Configuration
+
+CASES = {case.name: case for case in EVALUATOR_CASES}
+BF16 = np.dtype(jnp.bfloat16).name
+
+
+def _one(spec: ArgSpec, case: str = "normal") -> np.ndarray:
+    (array,) = case_inputs(Configuration(dynamic=(spec,), static=()), CASES[case])
+    return array
+
+
+def test_the_four_evaluator_cases():
+    assert [(c.name, c.distribution) for c in EVALUATOR_CASES] == [
+        ("task", "task"), ("normal", "normal"), ("uniform", "uniform"), ("large", "large")]
+    assert len({c.seed for c in EVALUATOR_CASES}) == 4
+
+
+def test_task_case_without_values_is_none():
+    config = Configuration(dynamic=(ArgSpec((4,), "float32"),), static=())
+    assert case_inputs(config, CASES["task"]) is None
+
+
+def test_task_case_with_values_returns_copies():
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    config = Configuration(dynamic=(ArgSpec((2, 3), "float32"),), static=(), values=(x,))
+    (got,) = case_inputs(config, CASES["task"])
+    assert np.array_equal(got, x)
+    got[0, 0] = 100.0
+    assert x[0, 0] == 0.0
+
+
+@pytest.mark.parametrize("case", ["normal", "uniform", "large"])
+def test_integer_args_respect_int_range(case):
+    got = _one(ArgSpec((4096,), "int32", (3, 9)), case)
+    assert got.dtype == np.int32
+    assert got.min() == 3 and got.max() == 9  # both ends are reachable
+
+
+def test_integer_args_without_a_range_stay_small_and_non_negative():
+    got = _one(ArgSpec((4096,), "int8"))
+    assert got.dtype == np.int8
+    assert got.min() >= 0 and got.max() <= 127
+    assert got.max() > 100
+
+
+def test_bool_args():
+    got = _one(ArgSpec((1000,), "bool"))
+    assert got.dtype == np.bool_
+    assert 300 < got.sum() < 700
+
+
+def test_uniform_is_within_minus_one_and_one():
+    got = _one(ArgSpec((4096,), "float32"), "uniform")
+    assert got.min() >= -1.0 and got.max() <= 1.0
+    assert got.min() < -0.9 and got.max() > 0.9
+
+
+def test_large_case_is_scaled():
+    spec = ArgSpec((4096,), "float32")
+    normal, large = _one(spec, "normal"), _one(spec, "large")
+    assert np.std(normal) == pytest.approx(1.0, rel=0.1)
+    assert np.std(large) == pytest.approx(LARGE_SCALE, rel=0.1)
+
+
+def test_same_seed_gives_the_same_arrays():
+    specs = (ArgSpec((8, 128), "float32"), ArgSpec((16,), "int32", (0, 7)))
+    config = Configuration(dynamic=specs, static=(1,))
+    first = case_inputs(config, Case("again", "normal", 42))
+    second = case_inputs(config, Case("again", "normal", 42))
+    other = case_inputs(config, Case("other", "normal", 43))
+    assert all(np.array_equal(a, b) for a, b in zip(first, second, strict=True))
+    assert not np.array_equal(first[0], other[0])
+
+
+def test_cases_draw_different_values():
+    spec = ArgSpec((64,), "float32")
+    assert not np.array_equal(_one(spec, "normal"), _one(spec, "uniform"))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", BF16, "int32", "uint8", "bool"])
+def test_dtypes_and_shapes_preserved(dtype):
+    got = _one(ArgSpec((2, 3, 5), dtype))
+    assert got.shape == (2, 3, 5)
+    assert got.dtype.name == dtype
+
+
+def test_bfloat16_is_the_jax_bfloat16():
+    assert BF16 == "bfloat16"
+    got = _one(ArgSpec((8,), "bfloat16"), "large")
+    assert got.dtype == jnp.bfloat16
+    assert np.abs(got.astype(np.float32)).max() > 10.0
+
+
+def test_one_array_per_dynamic_arg_and_statics_are_not_drawn():
+    config = Configuration(dynamic=(ArgSpec((2,), "float32"), ArgSpec((3,), "int32")), static=(1e-5, 4))
+    got = case_inputs(config, CASES["uniform"])
+    assert [a.shape for a in got] == [(2,), (3,)]
