@@ -168,3 +168,7 @@ def _with_progress(work: Callable[[Callable[[str], None]], Any], label: str, *, 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app()
+
+
+if __name__ == "__main__":
+    main()

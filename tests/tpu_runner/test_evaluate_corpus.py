@@ -60,12 +60,21 @@ def good_results(settings: Settings) -> dict[str, EvalResult]:
     return _by_name(requests, evaluate_many(requests, settings, workers=2))
 
 
+# Stopped by the sandbox's limits, set tight here so the test does not wait long.
+RUNAWAY = ("hang", "memory_bomb")
+
+
 @pytest.fixture(scope="module")
 def bad_results(settings: Settings) -> dict[str, EvalResult]:
-    # Tight limits so the hang and the memory bomb are stopped quickly; still ample for honest candidates here.
-    tight = dataclasses.replace(settings, limits=EvalLimits(wall_seconds=90, memory_mib=4096))
-    requests = [EvalRequest(TASKS / task, CORPUS / "bad" / f"{name}.py", "v6e") for name, (task, *_) in BAD.items()]
-    return _by_name(requests, evaluate_many(requests, tight, workers=2))
+    def requests(names: list[str]) -> list[EvalRequest]:
+        return [EvalRequest(TASKS / BAD[n][0], CORPUS / "bad" / f"{n}.py", "v6e") for n in names]
+
+    honest_limits = dataclasses.replace(settings, limits=EvalLimits(wall_seconds=240, memory_mib=6144))
+    tight = dataclasses.replace(settings, limits=EvalLimits(wall_seconds=20, memory_mib=3072))
+    tricks = requests([n for n in BAD if n not in RUNAWAY])
+    runaway = requests(list(RUNAWAY))
+    return {**_by_name(tricks, evaluate_many(tricks, honest_limits, workers=2)),
+            **_by_name(runaway, evaluate_many(runaway, tight, workers=2))}
 
 
 @pytest.mark.slow

@@ -1,0 +1,81 @@
+"""The `kernelbot` command as a person runs it: exit codes, JSON shape, one-line errors with a next step."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CORPUS, TASKS
+
+KERNELBOT = [sys.executable, "-m", "bot.cli"]
+JSON_KEYS = {"task", "target", "host", "verdict", "stage", "message", "error", "correctness", "performance",
+             "artifacts"}
+
+
+def _run(args: list[str], home: Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KERNELBOT_HOME": str(home)}
+    return subprocess.run([*KERNELBOT, *args], capture_output=True, text=True, env=env, timeout=timeout,
+                          cwd=Path(__file__).resolve().parents[2])
+
+
+@pytest.mark.slow
+def test_eval_json_for_a_good_kernel(kernelbot_home: Path) -> None:
+    proc = _run(["eval", "--task", str(TASKS / "layer_norm"), "--kernel",
+                 str(TASKS / "layer_norm/solutions/pallas.py"), "--json"], kernelbot_home)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert JSON_KEYS <= set(result)
+    assert result["verdict"] == "ok" and result["stage"] == "done" and result["error"] is None
+    assert result["host"] == "cpu" and result["target"] == "v6e"
+    assert result["correctness"]["status"] == "passed"
+    assert {"method", "unit", "reference", "candidate", "speedup", "roofline_fraction", "flags"} <= set(
+        result["performance"])
+    assert result["performance"]["method"] == "estimated"
+    assert Path(result["artifacts"]["profile_chart"]).is_file()
+
+
+def test_eval_json_for_a_rejected_kernel_exits_non_zero(kernelbot_home: Path) -> None:
+    proc = _run(["eval", "--task", str(TASKS / "softmax"), "--kernel", str(CORPUS / "bad/not_a_kernel.py"),
+                 "--json"], kernelbot_home)
+    assert proc.returncode == 1
+    result = json.loads(proc.stdout)
+    assert result["verdict"] == "rejected" and result["stage"] == "static"
+    assert result["error"]["kind"] == "no_pallas_call"
+    assert result["correctness"]["status"] == "not_checked" and result["performance"] is None
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["eval", "--task", "/nonexistent", "--kernel", "x.py"], "does not exist"),
+    (["eval", "--task", str(TASKS / "softmax"), "--kernel", "/nonexistent.py"], "cannot read the kernel file"),
+    (["eval", "--task", str(TASKS / "softmax"), "--kernel", str(CORPUS / "bad/not_a_kernel.py"), "--target", "v9"],
+     "unknown target 'v9'"),
+    (["tasks", "--suite", "/nonexistent"], "does not exist"),
+])
+def test_bad_input_gets_one_line_and_a_next_step(kernelbot_home: Path, args: list[str], expected: str) -> None:
+    proc = _run(args, kernelbot_home)
+    assert proc.returncode == 2
+    assert expected in proc.stderr and "next:" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_setting_names_the_variable(kernelbot_home: Path) -> None:
+    env = {**os.environ, "KERNELBOT_HOME": str(kernelbot_home), "KERNELBOT_EVAL_WORKERS": "many"}
+    proc = subprocess.run([*KERNELBOT, "tasks"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2 and "KERNELBOT_EVAL_WORKERS" in proc.stderr
+
+
+@pytest.mark.slow
+def test_tasks_json_lists_the_suite_with_costs(kernelbot_home: Path) -> None:
+    proc = _run(["tasks", "--json"], kernelbot_home)
+    assert proc.returncode == 0, proc.stderr
+    listing = json.loads(proc.stdout)
+    tasks = {t["task_id"]: t for t in listing["tasks"]}
+    assert len(tasks) >= 12 and listing["errors"] == []
+    assert tasks["matmul_bf16"]["bound"] == "compute" and tasks["softmax"]["bound"] == "memory"
+    assert tasks["matmul_bf16"]["flops"] == pytest.approx(2 * 4096**3, rel=0.01)
+    assert all(t["bytes"] > 0 and t["configurations"] for t in tasks.values())

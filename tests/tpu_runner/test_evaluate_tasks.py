@@ -1,0 +1,141 @@
+"""Evaluations whose answer is known: derived test configurations, the estimate on HBM-bound copies,
+and tasks that are broken in the ways people break them."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from storage.settings import Settings
+from tests.conftest import TASKS
+from tpu_runner.evaluate import EvalRequest, KernelFileError, evaluate
+from tpu_runner.tasks import TaskError
+
+ADD_REFERENCE = """
+import jax
+import jax.numpy as jnp
+
+
+def computation(x, y):
+    return x + y
+
+
+def get_inputs(dtype=jnp.float32):
+    kx, ky = jax.random.split(jax.random.PRNGKey(0))
+    return [jax.random.normal(kx, ({rows}, 8192), dtype), jax.random.normal(ky, ({rows}, 8192), dtype)], []
+"""
+
+PALLAS_ADD = """
+import jax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+BLOCK_ROWS = {block_rows}
+
+
+def computation(x, y):
+    rows, cols = x.shape
+    bm = min(BLOCK_ROWS, rows)
+    spec = pl.BlockSpec((bm, cols), lambda i: (i, 0))
+    return pl.pallas_call(
+        _add_kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(rows // bm,),
+        in_specs=[spec, spec],
+        out_specs=spec,
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",), vmem_limit_bytes=96 * 2**20),
+    )(x, y)
+
+
+def _add_kernel(x_ref, y_ref, o_ref):
+    o_ref[...] = x_ref[...] + y_ref[...]  # [block_rows, cols]
+"""
+
+
+def _task(root: Path, name: str, reference: str, yaml: str = "atol: 1.0e-6\nrtol: 1.0e-6\n") -> Path:
+    path = root / name
+    path.mkdir()
+    (path / "reference.py").write_text(textwrap.dedent(reference))
+    (path / "kernel_task.yaml").write_text(f"task_id: {name}\ndescription: test task\n{yaml}")
+    return path
+
+
+def _kernel(root: Path, source: str) -> Path:
+    path = root / "kernel.py"
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+@pytest.mark.slow
+def test_task_without_test_inputs_is_checked_on_derived_shapes(tmp_path: Path, settings: Settings) -> None:
+    task = _task(tmp_path, "add_large", ADD_REFERENCE.format(rows=8192))
+    result = evaluate(EvalRequest(task, _kernel(tmp_path, PALLAS_ADD.format(block_rows=256)), "v6e"), settings)
+    assert result.verdict == "ok", result.message
+    assert result.correctness and result.correctness.status == "passed"
+    assert all(c.name.startswith("derived[0]") for c in result.correctness.cases)
+    assert any("derived" in note and "get_test_inputs" in note for note in result.notes)
+
+
+@pytest.mark.slow
+def test_estimate_of_a_pallas_add_matches_xla_near_the_hbm_bound(tmp_path: Path, settings: Settings) -> None:
+    # Both move the same 805 MB; on hardware they take the same time, bound by HBM (the toolchain note).
+    task = _task(tmp_path, "add", ADD_REFERENCE.format(rows=8192) + """
+def get_test_inputs(dtype=jnp.float32):
+    return [jnp.ones((64, 8192), dtype), jnp.ones((64, 8192), dtype)], []
+""")
+    result = evaluate(EvalRequest(task, _kernel(tmp_path, PALLAS_ADD.format(block_rows=512)), "v6e"), settings)
+    perf = result.performance
+    assert result.verdict == "ok", result.message
+    assert perf is not None and perf.method == "estimated" and perf.bound == "memory"
+    assert perf.bytes == pytest.approx(3 * 8192 * 8192 * 4)
+    assert perf.speedup == pytest.approx(1.0, rel=0.1)
+    assert perf.roofline_fraction == pytest.approx(1.0, rel=0.1)
+
+
+@pytest.mark.slow
+def test_reference_that_is_not_exact_about_shapes_gives_unverified_not_ok(tmp_path: Path, settings: Settings) -> None:
+    task = _task(tmp_path, "add_fixed", ADD_REFERENCE.format(rows=8192).replace(
+        "    return x + y", "    assert x.shape == (8192, 8192), 'this reference only takes its own shape'\n"
+                            "    return x + y"))
+    result = evaluate(EvalRequest(task, _kernel(tmp_path, PALLAS_ADD.format(block_rows=512)), "v6e"), settings)
+    assert result.verdict == "unverified", result.message
+    assert result.correctness and result.correctness.status == "not_checked"
+    assert "correctness not checked" in " ".join(result.correctness.notes)
+    assert result.performance is not None  # still estimated, and labelled so
+
+
+def test_missing_task_directory(tmp_path: Path, settings: Settings) -> None:
+    with pytest.raises(TaskError, match="does not exist"):
+        evaluate(EvalRequest(tmp_path / "nope", TASKS / "softmax/solutions/pallas.py", "v6e"), settings)
+
+
+def test_missing_kernel_file(settings: Settings) -> None:
+    with pytest.raises(KernelFileError, match="cannot read the kernel file"):
+        evaluate(EvalRequest(TASKS / "softmax", Path("/nonexistent/kernel.py"), "v6e"), settings)
+
+
+def test_yaml_without_tolerances(tmp_path: Path, settings: Settings) -> None:
+    task = _task(tmp_path, "no_tol", ADD_REFERENCE.format(rows=64), yaml="")
+    with pytest.raises(TaskError, match="missing 'atol'"):
+        evaluate(EvalRequest(task, _kernel(tmp_path, PALLAS_ADD.format(block_rows=8)), "v6e"), settings)
+
+
+@pytest.mark.slow
+def test_reference_that_raises(tmp_path: Path, settings: Settings) -> None:
+    task = _task(tmp_path, "raises", "import jax\nraise RuntimeError('the reference is broken')\n"
+                 "def computation(x, y):\n    return x + y\n")
+    with pytest.raises(TaskError, match="RuntimeError: the reference is broken"):
+        evaluate(EvalRequest(task, _kernel(tmp_path, PALLAS_ADD.format(block_rows=8)), "v6e"), settings)
+
+
+@pytest.mark.slow
+def test_reference_that_produces_nan(tmp_path: Path, settings: Settings) -> None:
+    task = _task(tmp_path, "nan_ref", ADD_REFERENCE.format(rows=64).replace(
+        "return x + y", "return (x + y) * jnp.nan") + """
+def get_test_inputs(dtype=jnp.float32):
+    return [jnp.ones((64, 8192), dtype), jnp.ones((64, 8192), dtype)], []
+""")
+    with pytest.raises(TaskError, match="reference produces NaN or inf"):
+        evaluate(EvalRequest(task, _kernel(tmp_path, PALLAS_ADD.format(block_rows=8)), "v6e"), settings)

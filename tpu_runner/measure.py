@@ -1,0 +1,135 @@
+"""Stage 5 on hardware: time candidate and reference in one process, interleaved, from a profiler trace.
+
+Each call gets inputs copied afresh to the device (so nothing can be cached on buffer identity), the order
+alternates every iteration, warm-up calls are discarded, and every output produced while timing is compared
+with the reference's output on the same inputs. Per-call times come from the trace's device lane when there
+is one (TPU), else from the host's per-call events (CPU backend), else from the wall clock - always labelled.
+The same code runs on the CPU backend in tests, so the path that times kernels on TPUs is not untested.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from tpu_runner.correctness import compare_outputs
+
+REFERENCE_NAME = "_kb_reference"
+CANDIDATE_NAME = "_kb_candidate"
+
+
+@dataclass(frozen=True)
+class Timing:
+    samples_ms: tuple[float, ...]
+    source: str  # "trace:device", "trace:host" or "wall_clock"
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.samples_ms)
+
+    @property
+    def spread_ms(self) -> float:
+        """Half the distance between the 10th and 90th percentiles."""
+        if len(self.samples_ms) < 2:
+            return 0.0
+        lo, hi = np.percentile(self.samples_ms, [10, 90])
+        return float(hi - lo) / 2
+
+
+@dataclass
+class MeasuredPair:
+    reference: Timing
+    candidate: Timing
+    mismatches: list[str] = field(default_factory=list)  # outputs that differed while timing
+
+    @property
+    def speedup(self) -> float:
+        return self.reference.median_ms / self.candidate.median_ms
+
+
+def _named(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    def wrapper(*args: Any) -> Any:
+        return fn(*args)
+
+    wrapper.__name__ = wrapper.__qualname__ = name
+    return wrapper
+
+
+def _trace_file(trace_dir: Path) -> Path | None:
+    files = sorted(trace_dir.glob("**/*.trace.json.gz"), key=lambda p: p.stat().st_mtime)
+    return files[-1] if files else None
+
+
+def per_call_durations(trace_path: Path, name: str) -> tuple[list[float], str]:
+    """Durations (ms) of each call of the jitted function `name`, from a Chrome trace written by jax.profiler."""
+    data = json.loads(gzip.decompress(trace_path.read_bytes()))
+    events = data.get("traceEvents", [])
+    processes = {e["pid"]: e.get("args", {}).get("name", "") for e in events
+                 if e.get("ph") == "M" and e.get("name") == "process_name"}
+    device_pids = {pid for pid, pname in processes.items() if "/device:" in pname and "CPU" not in pname}
+    complete = [e for e in events if e.get("ph") == "X"]
+    device = _outermost([e for e in complete if e["pid"] in device_pids and f"jit_{name}" in e.get("name", "")])
+    if device:
+        return device, "trace:device"
+    return _outermost([e for e in complete if e.get("name") == f"PjitFunction({name})"]), "trace:host"
+
+
+def _outermost(events: list[dict[str, Any]]) -> list[float]:
+    """Durations (ms) of events not nested in another of the list (the profiler records some calls twice)."""
+    out: list[float] = []
+    end = float("-inf")
+    for e in sorted(events, key=lambda e: (e["ts"], -e["dur"])):
+        if e["ts"] >= end:
+            out.append(e["dur"] / 1e3)
+            end = e["ts"] + e["dur"]
+    return out
+
+
+def measure_pair(*, reference: Callable[..., Any], candidate: Callable[..., Any],
+                 input_sets: Sequence[Sequence[np.ndarray]], static: tuple[Any, ...], trace_dir: Path,
+                 atol: float, rtol: float, warmup: int = 3, iterations: int = 20) -> MeasuredPair:
+    argnums = tuple(range(len(input_sets[0]), len(input_sets[0]) + len(static)))
+    fns = {REFERENCE_NAME: jax.jit(_named(reference, REFERENCE_NAME), static_argnums=argnums),
+           CANDIDATE_NAME: jax.jit(_named(candidate, CANDIDATE_NAME), static_argnums=argnums)}
+
+    def call(name: str, host_inputs: Sequence[np.ndarray]) -> tuple[Any, float]:
+        args = [jax.device_put(np.array(x)) for x in host_inputs]
+        jax.block_until_ready(args)
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(fns[name](*args, *static))
+        return out, (time.perf_counter() - t0) * 1e3
+
+    for i in range(warmup):
+        for name in fns:
+            call(name, input_sets[i % len(input_sets)])
+    wall: dict[str, list[float]] = {name: [] for name in fns}
+    mismatches: list[str] = []
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    with jax.profiler.trace(str(trace_dir), create_perfetto_trace=True):
+        for i in range(iterations):
+            inputs = input_sets[i % len(input_sets)]
+            order = list(fns) if i % 2 == 0 else list(reversed(fns))
+            outs = {}
+            for name in order:
+                outs[name], ms = call(name, inputs)
+                wall[name].append(ms)
+            comparison = compare_outputs(outs[CANDIDATE_NAME], outs[REFERENCE_NAME], atol, rtol)
+            if not comparison.ok and comparison.error:
+                mismatches.append(f"iteration {i}: {comparison.error.kind}: {comparison.error.detail}")
+    timings = {}
+    trace_path = _trace_file(trace_dir)
+    for name in fns:
+        samples, source = per_call_durations(trace_path, name) if trace_path else ([], "")
+        if len(samples) != iterations:  # the trace did not resolve one event per call: fall back, and say so
+            samples, source = wall[name], "wall_clock"
+        timings[name] = Timing(tuple(samples), source)
+    return MeasuredPair(timings[REFERENCE_NAME], timings[CANDIDATE_NAME], mismatches)
