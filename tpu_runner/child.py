@@ -60,6 +60,10 @@ class Child:
         self.chip: ChipSpec = get_chip(request["target"])
         self.profile = StaticProfile(Path(request["llo_dump_dir"]) if request.get("llo_dump_dir") else None)
         self.mode = request.get("static_profile", "fast")
+        # On a TPU of the target's generation the candidate runs and is timed on it; `measure` asks for the
+        # same measured path on whatever backend this is (the tests use it on the CPU backend).
+        self.on_device = False
+        self.measured = bool(request.get("measure"))
         self.timings: dict[str, float] = {}
         self.notes: list[str] = []
 
@@ -168,7 +172,7 @@ class Child:
             if not configs:
                 return Correctness(status="not_checked", notes=notes)
         cases = []
-        interpret = self.request["host"] != "tpu"
+        interpret = not self.on_device
         for i, (name, config) in enumerate(zip(names, configs, strict=True)):
             atol, rtol = task.tolerance(i)
             try:
@@ -185,6 +189,60 @@ class Child:
                            max_abs_err=max(c.max_abs_err or 0.0 for c in passed),
                            max_rel_err=max(c.max_rel_err or 0.0 for c in passed),
                            notes=list(self.notes))
+
+    def detect_device(self) -> None:
+        if self.request["host"] != "tpu":
+            return
+        kind = jax.devices()[0].device_kind
+        self.on_device = kind == self.chip.device_kind
+        if self.on_device:
+            self.measured = True
+        else:
+            self.notes.append(f"this host's accelerator is {kind!r}, not the target {self.chip.device_kind!r}: "
+                              "checked in interpret mode and estimated")
+
+    def measured_performance(self, task: Task, prod: list[Configuration], cand: list[dict[str, Any]],
+                             ref: list[dict[str, Any]], ref_fn: Any, cand_fn: Any
+                             ) -> tuple[Performance, dict[str, Any]]:
+        """Time candidate and reference on this process's device, interleaved, on production shapes."""
+        from tpu_runner.inputs import Case, case_inputs
+        from tpu_runner.measure import measure_pair
+
+        config = prod[0]
+        atol, rtol = task.tolerance(0)
+        input_sets = [case_inputs(config, Case(f"timing{i}", "normal", 7 + i)) for i in range(3)]
+        pair = measure_pair(reference=ref_fn, candidate=cand_fn, input_sets=input_sets,  # type: ignore[arg-type]
+                            static=config.static, trace_dir=self.artifacts / "trace", atol=atol, rtol=rtol)
+        if pair.mismatches:
+            raise StageFailure("performance", EvalError("mismatch_while_timing", "outputs produced while timing "
+                               "differ from the reference's on the same inputs: " + pair.mismatches[0]), "incorrect")
+        chip = self.chip
+        flops = ref[0]["cost"].get("flops", 0.0)
+        compulsory = sum(a.nbytes for a in config.dynamic) + cand[0]["report"].memory.get("output_size_in_bytes", 0)
+        dtype = config.dynamic[0].dtype if config.dynamic else "float32"
+        roof = roofline(chip, flops=flops, bytes_moved=compulsory, dtype_name=dtype)
+        c_s, r_s = pair.candidate.median_ms / 1e3, pair.reference.median_ms / 1e3
+        flags = performance_flags(candidate_seconds=c_s, roofline=roof) if self.on_device else []
+        device = jax.devices()[0].device_kind
+        if not self.on_device:
+            self.notes.append(f"measured on {device}, not on a {chip.name}: the times are not TPU times")
+        profile = {
+            "method": "measured", "target": chip.name,
+            "candidate": {"seconds": c_s, "spread": pair.candidate.spread_ms / 1e3, "ops": []},
+            "reference": {"seconds": r_s, "spread": pair.reference.spread_ms / 1e3, "ops": []},
+            "roofline": {"seconds": roof.seconds, "bound": roof.bound, "flops": roof.flops, "bytes": roof.bytes,
+                         "intensity": roof.intensity},
+            "kernels": [f for c in cand for f in kernel_facts(c["traffic"], chip, c["vmem_limits"])],
+        }
+        perf = Performance(
+            method="measured", unit="ms", reference=r_s * 1e3, candidate=c_s * 1e3, speedup=pair.speedup,
+            roofline_fraction=roof.seconds / c_s if self.on_device and c_s else None, roofline_ms=roof.seconds * 1e3,
+            bound=roof.bound, flops=flops, bytes=float(compulsory), flags=flags,
+            detail={"device": device, "source": pair.candidate.source, "iterations": len(pair.candidate.samples_ms),
+                    "candidate_spread_ms": pair.candidate.spread_ms, "reference_spread_ms": pair.reference.spread_ms,
+                    "configuration": config.describe()},
+        )
+        return perf, profile
 
     def performance(self, task: Task, prod: list[Configuration], cand: list[dict[str, Any]],
                     ref: list[dict[str, Any]]) -> tuple[Performance, dict[str, Any]]:
@@ -231,6 +289,7 @@ class Child:
         out: dict[str, Any] = {"timings": self.timings, "notes": self.notes}
         try:
             self.enter("load")
+            self.detect_device()
             task = load_task(self.request["task_dir"])
             ref_fn = import_reference(task).computation
             prod = abstract_configurations(task)
@@ -247,7 +306,10 @@ class Child:
             out["correctness"] = asdict(correctness)
             self.leave()
             self.enter("performance")
-            perf, profile = self.performance(task, prod, cand, ref)
+            if self.measured:
+                perf, profile = self.measured_performance(task, prod, cand, ref, ref_fn, cand_fn)
+            else:
+                perf, profile = self.performance(task, prod, cand, ref)
             out["performance"] = asdict(perf)
             self.leave()
             self.enter("profile")

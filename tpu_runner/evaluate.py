@@ -43,6 +43,7 @@ class EvalRequest:
     kernel_path: Path
     target: str
     allow_pure_jax: bool = False
+    measure: bool = False  # time on this host's backend even without a TPU of the target (used by tests)
 
 
 def detect_host() -> str:
@@ -139,7 +140,8 @@ def evaluate(request: EvalRequest, settings: Settings, *, eval_id: str | None = 
         "task_dir": str(task.path), "kernel_path": str(kernel_copy), "target": chip.name, "host": host,
         "allow_pure_jax": allow_pure_jax, "artifacts_dir": str(artifacts), "workdir": str(workdir),
         "cache_dir": str(settings.cache_dir), "llo_dump_dir": str(llo_dir),
-        "interpret_grid_steps": settings.limits.interpret_grid_steps, "static_profile": settings.static_profile,
+        "interpret_grid_steps": settings.limits.interpret_grid_steps, "measure": request.measure,
+        "static_profile": settings.static_profile,
     }
     request_path = workdir / "request.json"
     request_path.write_text(json.dumps(child_request, indent=1))

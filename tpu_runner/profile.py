@@ -42,6 +42,8 @@ def summarise(profile: dict[str, Any]) -> str:
     cand_s = max(cand["seconds"], 1e-12)  # a kernel estimated at 0 s still gets a summary
     lines.append(f"{method} on {profile['target']}: candidate {_ms(cand['seconds'])} vs reference "
                  f"{_ms(ref['seconds'])} (x{ref['seconds'] / cand_s:.2f}).")
+    if method == "measured":
+        lines.append(f"candidate spread +-{_ms(cand.get('spread', 0.0))}, reference +-{_ms(ref.get('spread', 0.0))}.")
     if method == "estimated":
         lines.append(f"candidate: compute {_ms(cand['compute_seconds'])} ({cand['cycles']:,} static cycles), HBM "
                      f"{_ms(cand['memory_seconds'])} ({cand['hbm_bytes'] / 1e6:.1f} MB) -> {cand['bound']}-bound.")

@@ -139,3 +139,28 @@ def get_test_inputs(dtype=jnp.float32):
 """)
     with pytest.raises(TaskError, match="reference produces NaN or inf"):
         evaluate(EvalRequest(task, _kernel(tmp_path, PALLAS_ADD.format(block_rows=8)), "v6e"), settings)
+
+
+PURE_JAX_ADD = """
+import jax.numpy as jnp
+
+
+def computation(x, y):
+    return jnp.add(x, y)
+"""
+
+
+
+@pytest.mark.slow
+def test_measured_path_runs_end_to_end_on_the_cpu_backend(tmp_path: Path, settings: Settings) -> None:
+    task = _task(tmp_path, "add_small", ADD_REFERENCE.format(rows=256))
+    request = EvalRequest(task, _kernel(tmp_path, PURE_JAX_ADD), "v6e", allow_pure_jax=True, measure=True)
+    result = evaluate(request, settings)
+    perf = result.performance
+    assert result.verdict == "ok", result.message
+    assert perf is not None and perf.method == "measured" and perf.roofline_fraction is None
+    assert perf.detail["source"] in ("trace:host", "trace:device") and perf.detail["iterations"] == 20
+    assert perf.candidate > 0 and perf.reference > 0
+    assert any("not TPU times" in note for note in result.notes)
+    assert Path(result.artifacts["profile_chart"]).is_file()
+    assert list((Path(result.artifacts["result"]).parent / "trace").glob("**/*.trace.json.gz"))
