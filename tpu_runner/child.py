@@ -20,18 +20,17 @@ from types import ModuleType
 from typing import Any
 
 import jax
-import numpy as np
 
 from tpu_runner import jaxpr_walk
 from tpu_runner.compile import CompileReport, StaticProfile, compile_lowered, target_sharding, trace
 from tpu_runner.correctness import CandidateFailed, check_configuration
+from tpu_runner.derive import derive_configurations
 from tpu_runner.errors import from_exception
-from tpu_runner.estimate import candidate_hbm_bytes, estimate, performance_flags
-from tpu_runner.hardware import ChipSpec, get_chip, roofline
-from tpu_runner.profile import kernel_facts, summarise
-from tpu_runner.result import Correctness, EvalError, Performance
+from tpu_runner.hardware import ChipSpec, get_chip
+from tpu_runner.performance import MismatchWhileTiming, estimated_performance, measured_performance
+from tpu_runner.profile import summarise
+from tpu_runner.result import Correctness, EvalError
 from tpu_runner.tasks import (
-    ArgSpec,
     Configuration,
     Task,
     TaskError,
@@ -123,7 +122,14 @@ class Child:
                 lowered = traced.lower()
                 lower_seconds = time.perf_counter() - t0
             except Exception as exc:
-                raise self.fail("lower", exc) from exc
+                failed = self.fail("lower", exc)
+                kernels = jaxpr_walk.kernel_definitions(traced.jaxpr, self.candidate_path)
+                if failed.error.line is None and len(kernels) == 1:
+                    # Kernel bodies keep no usable traceback; the kernel's own definition is the next best place.
+                    name, line = kernels[0]
+                    failed.error = EvalError(failed.error.kind, f"{failed.error.detail}\n(in kernel {name}, defined "
+                                             f"at line {line})", line, failed.error.stage)
+                raise failed from exc
             ir_text = lowered.as_text()
             (self.artifacts / f"candidate.config{i}.stablehlo.mlir").write_text(ir_text)
             self.leave()
@@ -201,90 +207,6 @@ class Child:
             self.notes.append(f"this host's accelerator is {kind!r}, not the target {self.chip.device_kind!r}: "
                               "checked in interpret mode and estimated")
 
-    def measured_performance(self, task: Task, prod: list[Configuration], cand: list[dict[str, Any]],
-                             ref: list[dict[str, Any]], ref_fn: Any, cand_fn: Any
-                             ) -> tuple[Performance, dict[str, Any]]:
-        """Time candidate and reference on this process's device, interleaved, on production shapes."""
-        from tpu_runner.inputs import Case, case_inputs
-        from tpu_runner.measure import measure_pair
-
-        config = prod[0]
-        atol, rtol = task.tolerance(0)
-        input_sets = [case_inputs(config, Case(f"timing{i}", "normal", 7 + i)) for i in range(3)]
-        pair = measure_pair(reference=ref_fn, candidate=cand_fn, input_sets=input_sets,  # type: ignore[arg-type]
-                            static=config.static, trace_dir=self.artifacts / "trace", atol=atol, rtol=rtol)
-        if pair.mismatches:
-            raise StageFailure("performance", EvalError("mismatch_while_timing", "outputs produced while timing "
-                               "differ from the reference's on the same inputs: " + pair.mismatches[0]), "incorrect")
-        chip = self.chip
-        flops = ref[0]["cost"].get("flops", 0.0)
-        compulsory = sum(a.nbytes for a in config.dynamic) + cand[0]["report"].memory.get("output_size_in_bytes", 0)
-        dtype = config.dynamic[0].dtype if config.dynamic else "float32"
-        roof = roofline(chip, flops=flops, bytes_moved=compulsory, dtype_name=dtype)
-        c_s, r_s = pair.candidate.median_ms / 1e3, pair.reference.median_ms / 1e3
-        flags = performance_flags(candidate_seconds=c_s, roofline=roof) if self.on_device else []
-        device = jax.devices()[0].device_kind
-        if not self.on_device:
-            self.notes.append(f"measured on {device}, not on a {chip.name}: the times are not TPU times")
-        profile = {
-            "method": "measured", "target": chip.name,
-            "candidate": {"seconds": c_s, "spread": pair.candidate.spread_ms / 1e3, "ops": []},
-            "reference": {"seconds": r_s, "spread": pair.reference.spread_ms / 1e3, "ops": []},
-            "roofline": {"seconds": roof.seconds, "bound": roof.bound, "flops": roof.flops, "bytes": roof.bytes,
-                         "intensity": roof.intensity},
-            "kernels": [f for c in cand for f in kernel_facts(c["traffic"], chip, c["vmem_limits"])],
-        }
-        perf = Performance(
-            method="measured", unit="ms", reference=r_s * 1e3, candidate=c_s * 1e3, speedup=pair.speedup,
-            roofline_fraction=roof.seconds / c_s if self.on_device and c_s else None, roofline_ms=roof.seconds * 1e3,
-            bound=roof.bound, flops=flops, bytes=float(compulsory), flags=flags,
-            detail={"device": device, "source": pair.candidate.source, "iterations": len(pair.candidate.samples_ms),
-                    "candidate_spread_ms": pair.candidate.spread_ms, "reference_spread_ms": pair.reference.spread_ms,
-                    "configuration": config.describe()},
-        )
-        return perf, profile
-
-    def performance(self, task: Task, prod: list[Configuration], cand: list[dict[str, Any]],
-                    ref: list[dict[str, Any]]) -> tuple[Performance, dict[str, Any]]:
-        chip = self.chip
-        c_cycles = sum(c["report"].cycles for c in cand)
-        c_bytes = sum(candidate_hbm_bytes(c["traffic"], c["report"].cost) for c in cand)
-        r_cycles = sum(r["cycles"] for r in ref)
-        r_bytes = sum(r["cost"].get("bytes accessed", 0.0) for r in ref)
-        flops = sum(r["cost"].get("flops", 0.0) for r in ref)
-        compulsory = sum(sum(a.nbytes for a in cfg.dynamic) for cfg in prod) + sum(
-            c["report"].memory.get("output_size_in_bytes", 0) for c in cand)
-        dtype = prod[0].dynamic[0].dtype if prod and prod[0].dynamic else "float32"
-        roof = roofline(chip, flops=flops, bytes_moved=compulsory, dtype_name=dtype)
-        c_est = estimate(chip, cycles=c_cycles, hbm_bytes=c_bytes, mode=self.mode)
-        r_est = estimate(chip, cycles=r_cycles, hbm_bytes=r_bytes, mode=self.mode)
-        flags = performance_flags(candidate_seconds=c_est.seconds, roofline=roof)
-        if not all(c["traffic"].exact for c in cand):
-            flags.append("traffic_lower_bound: a kernel moves data itself (memory_space ANY); its HBM bytes are a "
-                         "lower bound")
-        kernels = [f for c in cand for f in kernel_facts(c["traffic"], chip, c["vmem_limits"])]
-        profile = {
-            "method": "estimated", "target": chip.name,
-            "candidate": {**asdict(c_est), "seconds": c_est.seconds, "bound": c_est.bound,
-                          "ops": [op for c in cand for op in c["report"].ops]},
-            "reference": {**asdict(r_est), "seconds": r_est.seconds, "bound": r_est.bound,
-                          "ops": [op for r in ref for op in r["ops"]]},
-            "roofline": {"seconds": roof.seconds, "bound": roof.bound, "flops": roof.flops, "bytes": roof.bytes,
-                         "intensity": roof.intensity},
-            "kernels": kernels,
-        }
-        perf = Performance(
-            method="estimated", unit="ms", reference=r_est.seconds * 1e3, candidate=c_est.seconds * 1e3,
-            speedup=r_est.seconds / c_est.seconds if c_est.seconds else float("inf"),
-            roofline_fraction=roof.seconds / c_est.seconds if c_est.seconds else None,
-            roofline_ms=roof.seconds * 1e3, bound=c_est.bound, flops=flops, bytes=c_bytes, flags=flags,
-            detail={"candidate_cycles": c_cycles, "reference_cycles": r_cycles, "reference_bytes": r_bytes,
-                    "cycle_model": f"libtpu static LLO profile ({self.mode})",
-                    "cycles_per_second": chip.cycle_rate(self.mode), "hbm_bandwidth": chip.hbm_bandwidth,
-                    "ir_hash": cand[0]["ir_hash"] if cand else None},
-        )
-        return perf, profile
-
     def run(self) -> dict[str, Any]:
         out: dict[str, Any] = {"timings": self.timings, "notes": self.notes}
         try:
@@ -307,9 +229,17 @@ class Child:
             self.leave()
             self.enter("performance")
             if self.measured:
-                perf, profile = self.measured_performance(task, prod, cand, ref, ref_fn, cand_fn)
+                try:
+                    perf, profile = measured_performance(
+                        self.chip, task, prod, cand, ref, ref_fn, cand_fn, trace_dir=self.artifacts / "trace",
+                        on_device=self.on_device)
+                except MismatchWhileTiming as mismatch:
+                    raise StageFailure("performance", mismatch.error, "incorrect") from mismatch
+                if not self.on_device:
+                    self.notes.append(f"measured on {perf.detail['device']}, not on a {self.chip.name}: the times "
+                                      "are not TPU times")
             else:
-                perf, profile = self.performance(task, prod, cand, ref)
+                perf, profile = estimated_performance(self.chip, self.mode, prod, cand, ref)
             out["performance"] = asdict(perf)
             self.leave()
             self.enter("profile")
@@ -326,59 +256,6 @@ class Child:
 
 def request_allows_pure_jax(request: dict[str, Any]) -> bool:
     return bool(request.get("allow_pure_jax"))
-
-
-def _shrink(d: int, factor: int) -> int:
-    if factor == 1 or d <= 128 or d % factor:
-        return d
-    small = d // factor
-    if d % 128 == 0 and small % 128:
-        return d
-    if d % 8 == 0 and small % 8:
-        return d
-    return small
-
-
-def derive_configurations(task: Task, prod: list[Configuration], ref_fn: Any, cand_fn: Any,
-                          max_steps: int) -> tuple[list[Configuration], list[str], list[str]]:
-    """Smaller configurations for a task without get_test_inputs: every dimension mapped by value (so related
-    dimensions stay equal), keeping multiples of the (8, 128) tile, small enough for interpret mode."""
-    ranges: list[list[tuple[int, int] | None]] = [[a.int_range for a in c.dynamic] for c in prod]
-    if any(np.issubdtype(np.dtype(a.dtype), np.integer) for c in prod for a in c.dynamic):
-        ranges = [[a.int_range for a in c.dynamic] for c in concrete_configurations(task, "get_inputs")]
-    configs, names, notes = [], [], []
-    for i, config in enumerate(prod):
-        dims = sorted({d for a in config.dynamic for d in a.shape})
-        chosen = None
-        for factor in (64, 32, 16, 8, 4, 2, 1):
-            mapping = {d: _shrink(d, factor) for d in dims}
-            specs = []
-            for a, rng in zip(config.dynamic, ranges[i], strict=True):
-                if rng is not None and rng[1] + 1 in mapping:
-                    rng = (rng[0], min(rng[1], mapping[rng[1] + 1] - 1))
-                specs.append(ArgSpec(tuple(mapping[d] for d in a.shape), a.dtype, rng))
-            small = Configuration(tuple(specs), config.static)
-            args = [jax.ShapeDtypeStruct(s.shape, np.dtype(s.dtype)) for s in small.dynamic] + list(small.static)
-            try:
-                jax.eval_shape(jax.jit(ref_fn, static_argnums=small.static_argnums), *args)
-                jaxpr = jax.make_jaxpr(cand_fn, static_argnums=small.static_argnums)(*args)
-            except Exception:
-                continue
-            steps = sum(c.grid_steps * c.multiplicity for c in pallas_traffic(jaxpr).calls)
-            elements = sum(int(np.prod(s.shape)) for s in small.dynamic)
-            if steps <= max_steps and elements <= 1 << 23:
-                chosen = small
-                break
-        if chosen is None:
-            notes.append(f"configuration {i} ({config.describe()}): no smaller configuration both the reference and "
-                         f"the candidate accept fits interpret mode (<= {max_steps} grid steps); correctness not "
-                         "checked")
-            continue
-        configs.append(chosen)
-        names.append(f"derived[{i}]")
-        notes.append(f"derived[{i}]: the task has no get_test_inputs; checked on ({chosen.describe()}) derived from "
-                     f"({config.describe()})")
-    return configs, names, notes
 
 
 def main(argv: list[str]) -> int:

@@ -54,3 +54,16 @@ def aliased_calls(jaxpr: Any) -> list[str]:
     return [str(e.params.get("name") or "pallas_call") for e in pallas_calls(jaxpr)
             if e.params.get("input_output_aliases")]
 
+
+
+def kernel_definitions(jaxpr: Any, filename: str) -> list[tuple[str, int]]:
+    """(kernel function, line) for each Pallas kernel body defined in `filename`."""
+    found = []
+    for eqn in pallas_calls(jaxpr):
+        body = eqn.params.get("jaxpr")
+        where = getattr(getattr(body, "debug_info", None), "func_src_info", None) or ""
+        name, _, location = where.partition(" at ")
+        path, _, line = location.rpartition(":")
+        if path == filename and line.isdigit():
+            found.append((name, int(line)))
+    return found

@@ -113,3 +113,4 @@ def test_errors_point_at_the_candidate_line(bad_results: dict[str, EvalResult]) 
     assert bad_results["file_access"].error.line == 1
     assert bad_results["swallow_errors"].error.line == 8
     assert "sort" in bad_results["unsupported_primitive"].error.detail
+    assert bad_results["unsupported_primitive"].error.line == 23  # the kernel that uses it
