@@ -11,7 +11,8 @@ from tpu_runner.result import EvalError
 # (kind, pattern) in priority order; the first that matches the exception text wins.
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(pattern, re.IGNORECASE | re.DOTALL)) for kind, pattern in (
-        ("vmem_oom", r"ScopedVmemOom|out of memory in memory space vmem|vmem.{0,40}(exceed|oom|out of memory)"),
+        ("vmem_oom", r"ScopedVmemOom|out of memory in memory space vmem|vmem.{0,40}(exceed|oom|out of memory)|"
+                     r"would exceed memory.{0,300}space=vmem"),
         ("hbm_oom", r"HbmOom|out of memory in memory space hbm|RESOURCE_EXHAUSTED"),
         ("alignment", r"Alignment|not aligned|misaligned"),
         ("block_shape", r"block shape|divisible by 8 and 128|BlockSpec|last two dimensions"),

@@ -57,23 +57,29 @@ def estimated_performance(chip: ChipSpec, mode: str, prod: list[Configuration], 
     roof = _roofline(chip, prod, cand, ref)
     c_est = estimate(chip, cycles=c_cycles, hbm_bytes=c_bytes, mode=mode)
     r_est = estimate(chip, cycles=r_cycles, hbm_bytes=r_bytes, mode=mode)
+    # Far below the roofline is suspicious (flagged); just below it is the cycle model's optimism, and no kernel
+    # runs faster than the roofline, so both estimates are bounded by it.
     flags = performance_flags(candidate_seconds=c_est.seconds, roofline=roof)
+    c_s, r_s = max(c_est.seconds, roof.seconds), max(r_est.seconds, roof.seconds)
+    if c_s > c_est.seconds:
+        flags.append(f"estimate_at_roofline: the cycle model gave {c_est.seconds * 1e3:.4g} ms, below the "
+                     f"roofline; reported as the roofline")
     if not all(c["traffic"].exact for c in cand):
         flags.append("traffic_lower_bound: a kernel moves data itself (memory_space ANY); its HBM bytes are a "
                      "lower bound")
     profile = {
         "method": "estimated", "target": chip.name,
-        "candidate": {**asdict(c_est), "seconds": c_est.seconds, "bound": c_est.bound,
+        "candidate": {**asdict(c_est), "seconds": c_s, "bound": c_est.bound,
                       "ops": [op for c in cand for op in c["report"].ops]},
-        "reference": {**asdict(r_est), "seconds": r_est.seconds, "bound": r_est.bound,
+        "reference": {**asdict(r_est), "seconds": r_s, "bound": r_est.bound,
                       "ops": [op for r in ref for op in r["ops"]]},
         "roofline": _roofline_dict(roof),
         "kernels": _kernels(chip, cand),
     }
     perf = Performance(
-        method="estimated", unit="ms", reference=r_est.seconds * 1e3, candidate=c_est.seconds * 1e3,
-        speedup=r_est.seconds / c_est.seconds if c_est.seconds else float("inf"),
-        roofline_fraction=roof.seconds / c_est.seconds if c_est.seconds else None,
+        method="estimated", unit="ms", reference=r_s * 1e3, candidate=c_s * 1e3,
+        speedup=r_s / c_s if c_s else float("inf"),
+        roofline_fraction=roof.seconds / c_s if c_s else None,
         roofline_ms=roof.seconds * 1e3, bound=c_est.bound, flops=roof.flops, bytes=c_bytes, flags=flags,
         detail={"candidate_cycles": c_cycles, "reference_cycles": r_cycles, "reference_bytes": r_bytes,
                 "cycle_model": f"libtpu static LLO profile ({mode})", "cycles_per_second": chip.cycle_rate(mode),

@@ -1,6 +1,6 @@
 """First code a sandboxed child runs: apply its limits while it is still one thread, then run the stage code.
 
-`python -m tpu_runner.sandbox_entry LIMITS_JSON MODULE ARGS...`. Kept free of heavy imports so the limits
+`python -m tpu_runner.sandbox_entry LIMITS_JSON MODULE|SCRIPT.py ARGS...`. Kept free of heavy imports so the limits
 and the network namespace are in place before JAX, libtpu or any candidate code is loaded.
 """
 
@@ -30,9 +30,12 @@ def main() -> None:
     notes = apply_limits(limits)
     if notes:
         print("sandbox: " + "; ".join(notes), file=sys.stderr)
-    module = sys.argv[2]
-    sys.argv = [module, *sys.argv[3:]]
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    target = sys.argv[2]
+    sys.argv = [target, *sys.argv[3:]]
+    if target.endswith(".py"):  # a script path (the sandbox's own tests use this)
+        runpy.run_path(target, run_name="__main__")
+    else:
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
 
 
 if __name__ == "__main__":

@@ -335,3 +335,9 @@ def test_time_estimate_is_frozen():
     assert replace(est, memory_seconds=2.0).bound == "memory"
     with pytest.raises(AttributeError):
         est.cycles = 2  # type: ignore[misc]
+
+
+def test_vmem_window_allocation_overflow_is_vmem_oom() -> None:
+    text = ("RESOURCE_EXHAUSTED: Allocation (size=268435456) would exceed memory (size=134217728) :: #allocation3 "
+            "[shape = 'u8[268435456]{0}', space=vmem, size = 0x10000000, scoped, tag = 'input window allocation']")
+    assert classify_text(text) == "vmem_oom"

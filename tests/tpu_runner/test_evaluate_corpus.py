@@ -36,6 +36,7 @@ BAD: dict[str, tuple[str, str, str, str]] = {
     "unsupported_primitive": ("softmax", "lowering_error", "lower", "unsupported_primitive"),
     "vmem_overflow": ("softmax", "compile_error", "compile", "vmem_oom"),
     "compiler_crash": ("softmax", "compile_error", "compile", "compiler_crash"),
+    "precomputed_answer": ("softmax", "incorrect", "correctness", "mismatch"),
     "constant_output": ("softmax", "incorrect", "correctness", "mismatch"),
     "naive_softmax": ("softmax", "incorrect", "correctness", "nan"),
     "bf16_output": ("softmax", "incorrect", "correctness", "dtype_mismatch"),
@@ -89,7 +90,7 @@ def test_known_good_kernel_is_ok(good_results: dict[str, EvalResult], task: str)
     assert perf is not None and perf.method == "estimated" and perf.unit == "ms"
     assert perf.candidate > 0 and perf.reference > 0
     assert perf.speedup == pytest.approx(perf.reference / perf.candidate)
-    assert 0 < (perf.roofline_fraction or 0) <= 1.0 / 0.9  # nothing beats physics
+    assert 0 < (perf.roofline_fraction or 0) <= 1.0  # nothing beats physics
     assert not [f for f in perf.flags if f.startswith("faster_than_physics")]
     assert Path(result.artifacts["profile_chart"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "bound" in result.profile["summary"] and "grid" in result.profile["summary"]
