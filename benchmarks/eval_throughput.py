@@ -2,7 +2,8 @@
 
 Evaluates the suite's known-good kernels with 1 and then 2 workers (each evaluation a fresh sandboxed child)
 and prints evaluations per minute and the share of each evaluation spent outside compiling and running
-(process start, imports, I/O). Reference compiles are cached per task, so a warm-up pass fills that cache
+(process start, imports, I/O), for cold children (started when needed: the baseline) and warm spares
+(started while the previous evaluation runs). Reference compiles are cached per task, so a warm-up pass fills that cache
 first, as it would be in a long search.
 
     .venv/bin/python benchmarks/eval_throughput.py [--tasks softmax,layer_norm,...] [--rounds 1]
@@ -24,10 +25,10 @@ TASKS = Path(__file__).resolve().parent.parent / "tasks"
 DEFAULT_TASKS = "softmax,layer_norm,rms_norm,fused_elementwise,cross_entropy,matmul_bf16"
 
 
-def run(requests: list[EvalRequest], home: Path, workers: int) -> tuple[float, list[EvalResult]]:
+def run(requests: list[EvalRequest], home: Path, workers: int, warm: bool = True) -> tuple[float, list[EvalResult]]:
     settings = load_settings({"KERNELBOT_HOME": str(home)})
     start = time.perf_counter()
-    results = evaluate_many(requests, settings, workers=workers)
+    results = evaluate_many(requests, settings, workers=workers, warm_spares=warm)
     elapsed = time.perf_counter() - start
     bad = [r for r in results if not isinstance(r, EvalResult) or r.verdict != "ok"]
     if bad:
@@ -46,14 +47,15 @@ def main() -> None:
         home = Path(tmp)
         warm, _ = run(requests[: len(set(names))], home, workers=2)
         print(f"warm-up (reference compiles cached): {warm:.1f} s for {len(set(names))} tasks")
-        print(f"{'workers':>7} {'evals':>5} {'wall s':>7} {'evals/min':>9} {'median eval s':>13} "
+        print(f"{'children':>8} {'workers':>7} {'evals':>5} {'wall s':>7} {'evals/min':>9} {'median eval s':>13} "
               f"{'overhead s':>10} {'overhead share':>14}")
-        for workers in (1, 2):
-            elapsed, results = run(requests, home, workers)
+        for warm, workers in ((False, 1), (True, 1), (False, 2), (True, 2)):
+            elapsed, results = run(requests, home, workers, warm)
             totals = [r.timings["total"] for r in results]
             overheads = [r.timings["overhead"] for r in results]
             share = sum(overheads) / sum(totals)
-            print(f"{workers:>7} {len(results):>5} {elapsed:>7.1f} {60 * len(results) / elapsed:>9.1f} "
+            rate = 60 * len(results) / elapsed
+            print(f"{'spare' if warm else 'cold':>8} {workers:>7} {len(results):>5} {elapsed:>7.1f} {rate:>9.1f} "
                   f"{statistics.median(totals):>13.2f} {statistics.median(overheads):>10.2f} {share:>14.0%}")
         stages = ("lower", "compile", "correctness", "performance", "profile")
         print("median seconds per stage (last run): " + ", ".join(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -28,7 +29,7 @@ from tpu_runner.result import (
     Performance,
     failure,
 )
-from tpu_runner.sandbox import ChildOutcome, child_environment, run_child
+from tpu_runner.sandbox import ChildOutcome, SparePool, child_environment
 from tpu_runner.static_check import StaticViolation, check_source
 from tpu_runner.tasks import Task, TaskError, load_task
 
@@ -105,7 +106,7 @@ def _from_child(report: dict[str, Any], *, task: Task, target: str, host: str) -
 
 
 def evaluate(request: EvalRequest, settings: Settings, *, eval_id: str | None = None,
-             on_stage: Callable[[str], None] | None = None) -> EvalResult:
+             on_stage: Callable[[str], None] | None = None, spares: SparePool | None = None) -> EvalResult:
     """Evaluate one candidate. Raises TaskError / KernelFileError / UnknownTarget for bad input."""
     started = time.perf_counter()
     task = load_task(request.task_dir)
@@ -134,21 +135,29 @@ def evaluate(request: EvalRequest, settings: Settings, *, eval_id: str | None = 
         return _finish(result, artifacts, artifact_map, started)
 
     workdir = artifacts / "work"
-    llo_dir = workdir / "llo_dump"
-    llo_dir.mkdir(parents=True, exist_ok=True)
+    workdir.mkdir(parents=True, exist_ok=True)
+
+    def env_for(scratch: Path) -> dict[str, str]:
+        return child_environment(workdir=scratch, llo_dump_dir=scratch / "llo_dump", on_tpu=host == "tpu",
+                                 target_accelerator=f"{chip.name}-1", static_profile=settings.static_profile)
+
+    pool = spares or SparePool(root=settings.home / "sandbox", limits=settings.limits, keep=0)
+    child = pool.acquire(f"{chip.name}-{settings.static_profile}-{host}", env_for)
     child_request = {
         "task_dir": str(task.path), "kernel_path": str(kernel_copy), "target": chip.name, "host": host,
         "allow_pure_jax": allow_pure_jax, "artifacts_dir": str(artifacts), "workdir": str(workdir),
-        "cache_dir": str(settings.cache_dir), "llo_dump_dir": str(llo_dir),
+        "cache_dir": str(settings.cache_dir), "llo_dump_dir": str(child.llo_dump_dir),
         "interpret_grid_steps": settings.limits.interpret_grid_steps, "measure": request.measure,
         "static_profile": settings.static_profile,
     }
     request_path = workdir / "request.json"
     request_path.write_text(json.dumps(child_request, indent=1))
-    env = child_environment(workdir=workdir, llo_dump_dir=llo_dir, on_tpu=host == "tpu",
-                            target_accelerator=f"{chip.name}-1", static_profile=settings.static_profile)
-    outcome = run_child(module="tpu_runner.child", args=[str(request_path)], workdir=workdir, env=env,
-                        limits=settings.limits, on_stage=on_stage)
+    outcome = child.run([str(request_path)], stage_file=workdir / "stage", limits=settings.limits,
+                        on_stage=on_stage)
+    for log in ("stdout.txt", "stderr.txt"):
+        if (child.scratch / log).is_file():
+            shutil.move(child.scratch / log, workdir / log)
+    shutil.rmtree(child.scratch, ignore_errors=True)
     report_path = workdir / "child_result.json"
     if outcome.returncode == 0 and report_path.is_file() and not (outcome.timed_out or outcome.memory_exceeded):
         report = json.loads(report_path.read_text())
@@ -172,7 +181,6 @@ def evaluate(request: EvalRequest, settings: Settings, *, eval_id: str | None = 
         artifact_map[ir.stem.replace(".", "_")] = str(ir)
     if (artifacts / "llo").is_dir():
         artifact_map["static_profiles"] = str(artifacts / "llo")
-    shutil.rmtree(llo_dir, ignore_errors=True)
     return _finish(result, artifacts, artifact_map, started)
 
 
@@ -188,19 +196,32 @@ def _finish(result: EvalResult, artifacts: Path, artifact_map: dict[str, str], s
 
 
 def evaluate_many(requests: Iterable[EvalRequest], settings: Settings, *, workers: int | None = None,
-                  on_done: Callable[[EvalRequest, EvalResult | Exception], None] | None = None
+                  warm_spares: bool = True, on_done: Callable[[EvalRequest, EvalResult | Exception], None] | None = None
                   ) -> list[EvalResult | Exception]:
-    """Evaluate candidates in parallel, one sandboxed child each, up to `workers` at a time."""
+    """Evaluate candidates in parallel, one sandboxed child each, up to `workers` at a time.
+
+    With `warm_spares`, the next children are started while earlier ones run, so an evaluation does not wait
+    for Python and JAX to start (each child still serves one candidate)."""
     items = list(requests)
+    workers = workers or settings.eval_workers
+    spares = SparePool(root=settings.home / "sandbox", limits=settings.limits, keep=min(workers, len(items)))
+    waiting = [len(items)]
+    lock = threading.Lock()
 
     def one(req: EvalRequest) -> EvalResult | Exception:
+        with lock:  # no more spares than evaluations still to start: unused ones are wasted start-ups
+            waiting[0] -= 1
+            spares.keep = min(workers, waiting[0]) if warm_spares else 0
         try:
-            outcome: EvalResult | Exception = evaluate(req, settings)
+            outcome: EvalResult | Exception = evaluate(req, settings, spares=spares)
         except (TaskError, KernelFileError, ValueError) as exc:
             outcome = exc
         if on_done:
             on_done(req, outcome)
         return outcome
 
-    with ThreadPoolExecutor(max_workers=workers or settings.eval_workers) as pool:
-        return list(pool.map(one, items))
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(one, items))
+    finally:
+        spares.close()

@@ -6,10 +6,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,22 +86,41 @@ def _tail(path: Path, limit: int) -> str:
         return f.read().decode("utf-8", "replace")
 
 
-def run_child(*, module: str, args: list[str], workdir: Path, env: dict[str, str], limits: EvalLimits,
-              on_stage: Callable[[str], None] | None = None) -> ChildOutcome:
-    workdir.mkdir(parents=True, exist_ok=True)
-    sandbox_limits = json.dumps({"cpu_seconds": limits.cpu_seconds, "file_bytes": _FILE_BYTES})
-    cmd = [sys.executable, "-m", "tpu_runner.sandbox_entry", sandbox_limits, module, *args]
-    stdout_path, stderr_path = workdir / "stdout.txt", workdir / "stderr.txt"
-    # The package must be importable from the scratch directory the child runs in.
-    package_root = str(Path(__file__).resolve().parent.parent)
-    env = {**env, "PYTHONPATH": package_root}
-    start = time.monotonic()
-    peak = 0.0
-    timed_out = memory_exceeded = False
-    stage_file, last_stage = workdir / "stage", ""
-    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-        proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+@dataclass
+class Child:
+    """A sandboxed process that has applied its limits and imported its code, waiting for its arguments."""
+
+    proc: subprocess.Popen[bytes]
+    scratch: Path
+    spawned_at: float
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    @property
+    def llo_dump_dir(self) -> Path:
+        return self.scratch / "llo_dump"
+
+    def discard(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def run(self, args: list[str], *, stage_file: Path, limits: EvalLimits,
+            on_stage: Callable[[str], None] | None = None) -> ChildOutcome:
+        """Hand the child its arguments and supervise it until it ends or a limit stops it."""
+        start = time.monotonic()
+        peak = 0.0
+        timed_out = memory_exceeded = False
+        last_stage = ""
+        proc = self.proc
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write((json.dumps(args) + "\n").encode())
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass  # it died while waiting; its exit status says how
         try:
             while proc.poll() is None:
                 rss = _rss_mib(proc.pid)
@@ -116,14 +138,66 @@ def run_child(*, module: str, args: list[str], workdir: Path, env: dict[str, str
                         on_stage(stage)
                 time.sleep(_POLL_SECONDS)
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            with contextlib.suppress(ProcessLookupError, PermissionError):  # whatever the child left behind
-                os.killpg(proc.pid, signal.SIGKILL)
-    return ChildOutcome(
-        returncode=proc.returncode, wall_seconds=time.monotonic() - start, timed_out=timed_out,
-        memory_exceeded=memory_exceeded, peak_rss_mib=peak,
-        stage=stage_file.read_text().strip() if stage_file.is_file() else None,
-        stderr_tail=_tail(stderr_path, limits.output_bytes), stdout_tail=_tail(stdout_path, limits.output_bytes),
-    )
+            self.discard()  # also whatever the child left in its session
+        out, err = self.scratch / "stdout.txt", self.scratch / "stderr.txt"
+        return ChildOutcome(
+            returncode=proc.returncode, wall_seconds=time.monotonic() - start, timed_out=timed_out,
+            memory_exceeded=memory_exceeded, peak_rss_mib=peak,
+            stage=stage_file.read_text().strip() if stage_file.is_file() else None,
+            stderr_tail=_tail(err, limits.output_bytes), stdout_tail=_tail(out, limits.output_bytes),
+        )
+
+
+def spawn(*, target: str, scratch: Path, env: dict[str, str], limits: EvalLimits) -> Child:
+    """Start a child running `target` (a module with main(argv), or a script path) that waits for its arguments."""
+    (scratch / "llo_dump").mkdir(parents=True, exist_ok=True)
+    sandbox_limits = json.dumps({"cpu_seconds": limits.cpu_seconds, "file_bytes": _FILE_BYTES})
+    cmd = [sys.executable, "-m", "tpu_runner.sandbox_entry", sandbox_limits, target]
+    # The package must be importable from the scratch directory the child runs in.
+    env = {**env, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    with open(scratch / "stdout.txt", "wb") as out, open(scratch / "stderr.txt", "wb") as err:
+        proc = subprocess.Popen(cmd, cwd=scratch, env=env, stdout=out, stderr=err, stdin=subprocess.PIPE,
+                                start_new_session=True)
+    return Child(proc=proc, scratch=scratch, spawned_at=time.monotonic())
+
+
+def run_child(*, module: str, args: list[str], workdir: Path, env: dict[str, str], limits: EvalLimits,
+              on_stage: Callable[[str], None] | None = None) -> ChildOutcome:
+    """Spawn a child in `workdir` and run it to the end: the cold path, without a spare."""
+    child = spawn(target=module, scratch=workdir, env=env, limits=limits)
+    return child.run(args, stage_file=workdir / "stage", limits=limits, on_stage=on_stage)
+
+
+class SparePool:
+    """Children started ahead of need, one set per environment, so an evaluation does not wait for Python and
+    JAX to start. Each child still serves exactly one evaluation."""
+
+    def __init__(self, *, root: Path, limits: EvalLimits, keep: int, target: str = "tpu_runner.child"):
+        self.root, self.limits, self.keep, self.target = root, limits, keep, target
+        self._spares: dict[str, list[Child]] = {}
+        self._lock = threading.Lock()
+
+    def _spawn(self, key: str, env_for: Callable[[Path], dict[str, str]]) -> Child:
+        scratch = self.root / f"{key}-{uuid.uuid4().hex[:10]}"
+        return spawn(target=self.target, scratch=scratch, env=env_for(scratch), limits=self.limits)
+
+    def acquire(self, key: str, env_for: Callable[[Path], dict[str, str]]) -> Child:
+        """A started child for this environment, and a replacement started in its place."""
+        with self._lock:
+            children = self._spares.get(key, [])
+            for dead in [c for c in children if not c.alive]:
+                shutil.rmtree(dead.scratch, ignore_errors=True)
+            ready = [c for c in children if c.alive]
+            child = ready.pop(0) if ready else None
+            while len(ready) < self.keep:
+                ready.append(self._spawn(key, env_for))
+            self._spares[key] = ready
+        return child or self._spawn(key, env_for)
+
+    def close(self) -> None:
+        with self._lock:
+            for children in self._spares.values():
+                for child in children:
+                    child.discard()
+                    shutil.rmtree(child.scratch, ignore_errors=True)
+            self._spares.clear()

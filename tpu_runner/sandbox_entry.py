@@ -1,11 +1,13 @@
 """First code a sandboxed child runs: apply its limits while it is still one thread, then run the stage code.
 
-`python -m tpu_runner.sandbox_entry LIMITS_JSON MODULE|SCRIPT.py ARGS...`. Kept free of heavy imports so the limits
-and the network namespace are in place before JAX, libtpu or any candidate code is loaded.
+`python -m tpu_runner.sandbox_entry LIMITS_JSON MODULE|SCRIPT.py`, then one line of JSON arguments on stdin.
+Kept free of heavy imports so the limits and the network namespace are in place before JAX, libtpu or any
+candidate code is loaded; the module is imported before its arguments arrive, so a spare starts at once.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import resource
@@ -31,11 +33,16 @@ def main() -> None:
     if notes:
         print("sandbox: " + "; ".join(notes), file=sys.stderr)
     target = sys.argv[2]
-    sys.argv = [target, *sys.argv[3:]]
-    if target.endswith(".py"):  # a script path (the sandbox's own tests use this)
+    # Import the stage code now, then wait: a spare child is ready the moment its request arrives.
+    module = None if target.endswith(".py") else importlib.import_module(target)
+    line = sys.stdin.readline()
+    if not line:
+        return  # discarded unused
+    sys.argv = [target, *json.loads(line)]
+    if module is None:  # a script path (the sandbox's own tests use this)
         runpy.run_path(target, run_name="__main__")
     else:
-        runpy.run_module(target, run_name="__main__", alter_sys=True)
+        sys.exit(module.main(sys.argv))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from storage.settings import EvalLimits
-from tpu_runner.sandbox import child_environment, run_child
+from tpu_runner.sandbox import SparePool, child_environment, run_child
 
 PROBE = """
 import json, os, socket
@@ -72,3 +72,25 @@ def test_output_is_capped(tmp_path: Path) -> None:
     outcome = run_child(module=str(script), args=[], workdir=workdir, env=env,
                         limits=EvalLimits(wall_seconds=30, output_bytes=5000))
     assert len(outcome.stderr_tail) <= 5000
+
+
+def test_spare_pool_keeps_children_started_ahead_and_cleans_up(tmp_path: Path) -> None:
+    script = _script(tmp_path, "import os, sys\nopen(sys.argv[1], 'w').write(str(os.getpid()))\n")
+    pool = SparePool(root=tmp_path / "spares", limits=EvalLimits(wall_seconds=30), keep=1, target=str(script))
+
+    def env_for(scratch: Path) -> dict[str, str]:
+        return child_environment(workdir=scratch, llo_dump_dir=None, on_tpu=False, target_accelerator="v6e-1")
+
+    first = pool.acquire("k", env_for)
+    spare = pool._spares["k"][0]
+    assert spare.alive and spare is not first  # started before anyone asked for it
+    out = tmp_path / "first.txt"
+    outcome = first.run([str(out)], stage_file=tmp_path / "stage", limits=EvalLimits(wall_seconds=30))
+    assert outcome.returncode == 0 and out.read_text() == str(first.proc.pid)
+    second = pool.acquire("k", env_for)
+    assert second is spare  # the spare serves the next request; a new one replaces it
+    assert pool._spares["k"][0] is not spare
+    waiting = pool._spares["k"][0]
+    pool.close()
+    assert not waiting.alive and not waiting.scratch.exists()
+    second.discard()
