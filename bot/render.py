@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Group
@@ -20,22 +21,39 @@ STAGE_LABELS = {
 VERDICT_STYLE = {"ok": "green", "unverified": "yellow"}
 
 
+_SHORT_DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "int32": "i32", "int8": "i8", "bool": "b"}
+
+
+def _short(configuration: str) -> str:
+    for long, short in _SHORT_DTYPES.items():
+        configuration = configuration.replace(f"{long}[", f"{short}[")
+    return configuration
+
+
 def tasks_table(infos: Sequence[Any], target: str) -> Table:
-    table = Table(title=f"tasks (roofline on {target})", show_lines=False)
-    for col in ("task", "family", "inputs (production)", "GFLOP", "MB", "roofline", "bound", "test inputs"):
-        table.add_column(col, overflow="fold")
+    table = Table(title=f"tasks (roofline on {target})", show_lines=False, pad_edge=False)
+    table.add_column("task / production inputs", overflow="fold", ratio=1)
+    for col in ("GFLOP", "XLA MB", "min MB", "roofline"):
+        table.add_column(col, no_wrap=True, justify="right")
+    for col in ("bound", "test"):
+        table.add_column(col, no_wrap=True)
     for i in infos:
-        table.add_row(i.task_id, i.family or "-", "; ".join(i.configurations), f"{i.flops / 1e9:.3g}",
-                      f"{i.bytes / 1e6:.1f}", f"{i.roofline_ms:.3g} ms", i.bound,
+        inputs = _short("; ".join(i.configurations)).replace(", ", " ")
+        table.add_row(Text.assemble((i.task_id, "bold"), "\n", (inputs, "dim")), f"{i.flops / 1e9:.3g}",
+                      f"{i.bytes / 1e6:.0f}", f"{i.compulsory_bytes / 1e6:.0f}", f"{i.roofline_ms:.3g} ms", i.bound,
                       "yes" if i.has_test_inputs else "derived")
     return table
+
+
+def _relative(path: Path, folder: Path) -> str:
+    return str(path.relative_to(folder)) if path.is_relative_to(folder) else str(path)
 
 
 def result_panel(result: EvalResult) -> Panel:
     style = VERDICT_STYLE.get(result.verdict, "red")
     rows = Table.grid(padding=(0, 2))
-    rows.add_column(style="bold")
-    rows.add_column()
+    rows.add_column(style="bold", no_wrap=True)
+    rows.add_column(overflow="fold")
     rows.add_row("verdict", Text(f"{result.verdict} (stage: {result.stage})", style=style))
     rows.add_row("message", result.message)
     if result.error:
@@ -56,8 +74,11 @@ def result_panel(result: EvalResult) -> Panel:
         rows.add_row("profile", result.profile["summary"])
     for note in result.notes:
         rows.add_row("note", note)
-    for name, path in result.artifacts.items():
-        rows.add_row(name, path)
+    if result.artifacts:
+        folder = Path(result.artifacts["result"]).parent
+        rows.add_row("artifacts", str(folder))
+        rows.add_row("", ", ".join(f"{name}: {_relative(Path(path), folder)}" for name, path in
+                                   result.artifacts.items() if name != "result"))
     if result.timings:
         rows.add_row("time", f"{result.timings.get('total', 0):.1f} s total, "
                      f"{result.timings.get('overhead', 0):.1f} s outside compiling and running")

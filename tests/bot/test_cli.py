@@ -77,5 +77,7 @@ def test_tasks_json_lists_the_suite_with_costs(kernelbot_home: Path) -> None:
     tasks = {t["task_id"]: t for t in listing["tasks"]}
     assert len(tasks) >= 12 and listing["errors"] == []
     assert tasks["matmul_bf16"]["bound"] == "compute" and tasks["softmax"]["bound"] == "memory"
+    assert tasks["causal_attention"]["bound"] == "compute"  # scores stay on chip: q, k, v, o are the traffic
+    assert tasks["softmax"]["compulsory_bytes"] == pytest.approx(2 * 8192 * 8192 * 4)
     assert tasks["matmul_bf16"]["flops"] == pytest.approx(2 * 4096**3, rel=0.01)
     assert all(t["bytes"] > 0 and t["configurations"] for t in tasks.values())
