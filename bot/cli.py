@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from bot import render
 from storage.settings import Settings, SettingsError, load_settings
 from tpu_runner.hardware import CHIPS, UnknownTarget
 from tpu_runner.tasks import TaskError
@@ -25,11 +22,13 @@ err_console = Console(stderr=True)
 
 REPO_TASKS = Path(__file__).resolve().parent.parent / "tasks"
 Target = Annotated[str | None, typer.Option("--target", help=f"TPU generation: {', '.join(CHIPS)} (default v6e)")]
-AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
 
 def _friendly(exc: Exception) -> tuple[str, str]:
     """One line and the next step, for each kind of bad input."""
+    from storage.migrate import SchemaOutdated
+    from storage.queue import JobNotFound
     from tpu_runner.evaluate import KernelFileError
 
     table: list[tuple[type[Exception], str]] = [
@@ -37,6 +36,8 @@ def _friendly(exc: Exception) -> tuple[str, str]:
         (KernelFileError, "pass the path of a Python file that defines computation(...)"),
         (UnknownTarget, f"use --target with one of {', '.join(CHIPS)}"),
         (SettingsError, "fix the environment variable named above"),
+        (SchemaOutdated, "run `kernelbot db upgrade`"),
+        (JobNotFound, "`kernelbot jobs` lists the jobs"),
     ]
     for kind, hint in table:
         if isinstance(exc, kind):
@@ -44,10 +45,10 @@ def _friendly(exc: Exception) -> tuple[str, str]:
     raise exc
 
 
-def _run(fn: Callable[[], int]) -> None:
+def run_command(fn: Callable[[], int]) -> None:
     try:
         code = fn()
-    except (TaskError, UnknownTarget, SettingsError, ValueError) as exc:
+    except (TaskError, UnknownTarget, SettingsError, ValueError, RuntimeError, LookupError) as exc:
         try:
             message, hint = _friendly(exc)
         except Exception:
@@ -61,112 +62,16 @@ def _run(fn: Callable[[], int]) -> None:
     raise typer.Exit(code)
 
 
-def _settings() -> Settings:
+def get_settings() -> Settings:
     return load_settings()
-
-
-@app.command("tasks")
-def tasks_command(
-    suite: Annotated[list[Path] | None, typer.Option("--suite", help="Task suite directory (repeatable).")] = None,
-    target: Target = None,
-    as_json: AsJson = False,
-) -> None:
-    """List tasks with shapes, FLOPs, bytes and roofline class on the target chip."""
-
-    def run() -> int:
-        from tpu_runner.hardware import get_chip
-        from tpu_runner.task_info import task_info
-        from tpu_runner.tasks import discover_tasks, load_task
-
-        settings = _settings()
-        settings.ensure_dirs()
-        chip = get_chip(target or settings.default_target)
-        infos = []
-        errors: list[str] = []
-        dirs = [d for s in (suite or [REPO_TASKS]) for d in discover_tasks(s)]
-        with console.status("reading tasks (compiling references for cost analysis)...") as status:
-            for d in dirs:
-                status.update(f"reading {d.name}...")
-                try:
-                    infos.append(task_info(load_task(d), chip, settings.cache_dir))
-                except TaskError as exc:
-                    errors.append(str(exc))
-        if as_json:
-            from dataclasses import asdict
-
-            print(json.dumps({"target": chip.name, "tasks": [asdict(i) for i in infos], "errors": errors}, indent=1))
-        else:
-            console.print(render.tasks_table(infos, chip.name))
-            for e in errors:
-                err_console.print(f"[yellow]skipped:[/yellow] {e}")
-        return 0 if not errors else 1
-
-    _run(run)
-
-
-@app.command("eval")
-def eval_command(
-    task: Annotated[Path, typer.Option("--task", help="Task directory (reference.py + kernel_task.yaml).")],
-    kernel: Annotated[Path, typer.Option("--kernel", help="Candidate module defining computation(...).")],
-    target: Target = None,
-    allow_pure_jax: Annotated[bool, typer.Option("--allow-pure-jax", help="Accept candidates without pallas_call.")]
-    = False,
-    as_json: AsJson = False,
-) -> None:
-    """Evaluate one candidate kernel: static, lower, compile, correctness, performance, profile."""
-
-    def run() -> int:
-        from tpu_runner.evaluate import EvalRequest, evaluate
-
-        settings = _settings()
-        request = EvalRequest(task, kernel, target or settings.default_target, allow_pure_jax)
-        result = _with_progress(lambda on_stage: evaluate(request, settings, on_stage=on_stage),
-                                f"evaluating {kernel.name}", quiet=as_json)
-        if as_json:
-            print(json.dumps(result.to_json(), indent=1, default=float))
-        else:
-            console.print(render.result_panel(result))
-        return 0 if result.ok else 1
-
-    _run(run)
-
-
-@app.command("demo")
-def demo_command(
-    task: Annotated[str, typer.Option("--task", help="Suite task whose known-good kernel is evaluated.")] = "softmax",
-    target: Target = None,
-) -> None:
-    """The embedded default: evaluate a suite task's known-good Pallas kernel and print the result."""
-
-    def run() -> int:
-        from tpu_runner.evaluate import EvalRequest, evaluate
-
-        settings = _settings()
-        task_dir = REPO_TASKS / task
-        kernel = task_dir / "solutions" / "pallas.py"
-        if not kernel.is_file():
-            known = sorted(p.parent.parent.name for p in REPO_TASKS.glob("*/solutions/pallas.py"))
-            raise TaskError(f"task {task!r} has no known-good kernel; tasks with one: {', '.join(known)}")
-        console.print(f"kernelbot demo: evaluating the known-good Pallas kernel for [bold]{task}[/bold] "
-                      f"(data in {settings.home})")
-        request = EvalRequest(task_dir, kernel, target or settings.default_target)
-        result = _with_progress(lambda on_stage: evaluate(request, settings, on_stage=on_stage),
-                                f"evaluating {task}", quiet=False)
-        console.print(render.result_panel(result))
-        return 0 if result.ok else 1
-
-    _run(run)
-
-
-def _with_progress(work: Callable[[Callable[[str], None]], Any], label: str, *, quiet: bool) -> Any:
-    if quiet or not sys.stderr.isatty():
-        return work(lambda stage: None)
-    with err_console.status(f"{label}: starting") as status:
-        return work(lambda stage: status.update(f"{label}: {render.STAGE_LABELS.get(stage, stage)}"))
 
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from bot import cli_eval, cli_queue
+
+    cli_eval.register(app)
+    cli_queue.register(app)
     app()
 
 

@@ -83,3 +83,41 @@ def result_panel(result: EvalResult) -> Panel:
         rows.add_row("time", f"{result.timings.get('total', 0):.1f} s total, "
                      f"{result.timings.get('overhead', 0):.1f} s outside compiling and running")
     return Panel(Group(rows), title=f"{result.task} on {result.target} ({result.host})", border_style=style)
+
+
+def job_row(job: Any, evaluation_ids: list[int]) -> dict[str, Any]:
+    return {"id": job.id, "kind": job.kind, "status": job.status, "attempts": job.attempts,
+            "max_attempts": job.max_attempts, "runner": job.runner_id, "target": job.target,
+            "evaluation_ids": evaluation_ids, "error": job.last_error, "created_at": job.created_at,
+            "finished_at": job.finished_at}
+
+
+def jobs_table(rows: Sequence[dict[str, Any]]) -> Table:
+    table = Table(title="jobs")
+    for col in ("id", "kind", "status", "attempts", "runner", "evaluations", "error"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(str(r["id"]), r["kind"], r["status"], f"{r['attempts']}/{r['max_attempts']}", r["runner"] or "-",
+                      ", ".join(map(str, r["evaluation_ids"])) or "-", (r["error"] or "")[:120])
+    return table
+
+
+def runner_row(runner: Any, *, at: float) -> dict[str, Any]:
+    """A runner as plain data, its heartbeat age measured at time `at`."""
+    return {"id": runner.id, "name": runner.name, "host": runner.host, "status": runner.status,
+            "hardware": runner.hardware, "targets": runner.targets, "kinds": runner.kinds,
+            "concurrency": runner.concurrency, "heartbeat_age_seconds": round(at - runner.heartbeat_at, 1),
+            "current_jobs": runner.current_jobs or []}
+
+
+def runners_table(rows: Sequence[dict[str, Any]]) -> Table:
+    table = Table(title="runners")
+    for col in ("name", "host", "status", "hardware", "targets", "heartbeat", "jobs"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        hw = r["hardware"] or {}
+        kinds = sorted({d["kind"] for d in hw.get("devices", [])})
+        table.add_row(r["name"], r["host"], r["status"], f"{', '.join(kinds) or '?'} ({hw.get('cpus', '?')} cpus)",
+                      ", ".join(r["targets"] or []), f"{r['heartbeat_age_seconds']:.0f} s ago",
+                      ", ".join(map(str, r["current_jobs"])) or "-")
+    return table

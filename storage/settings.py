@@ -54,6 +54,12 @@ class Settings:
     # "fast": libtpu's fast-forward static profile (seconds per compile); "exact": the unrolled one (slow, heavy).
     static_profile: str = "fast"
     limits: EvalLimits = field(default_factory=EvalLimits)
+    database_url: str | None = None  # KERNELBOT_DATABASE_URL; None means SQLite in the data directory
+    job_modules: tuple[str, ...] = ()  # KERNELBOT_JOB_MODULES: extra job kinds, imported by runners
+
+    @property
+    def database(self) -> str:
+        return self.database_url or f"sqlite:///{self.home / 'kernelbot.db'}"
 
     @property
     def artifacts_dir(self) -> Path:
@@ -90,4 +96,6 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         eval_workers=_int(env, "KERNELBOT_EVAL_WORKERS", 2),
         static_profile=_choice(env, "KERNELBOT_STATIC_PROFILE", "fast", ("fast", "exact")),
         limits=limits,
+        database_url=env.get("KERNELBOT_DATABASE_URL") or None,
+        job_modules=tuple(m.strip() for m in env.get("KERNELBOT_JOB_MODULES", "").split(",") if m.strip()),
     )

@@ -86,6 +86,20 @@ def _tail(path: Path, limit: int) -> str:
         return f.read().decode("utf-8", "replace")
 
 
+_running: set[subprocess.Popen[bytes]] = set()  # children being supervised, for a runner's shutdown
+_running_lock = threading.Lock()
+
+
+def kill_running_children() -> int:
+    """Stop every child this process is supervising (a runner shutting down); returns how many."""
+    with _running_lock:
+        procs = list(_running)
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    return len(procs)
+
+
 @dataclass
 class Child:
     """A sandboxed process that has applied its limits and imported its code, waiting for its arguments."""
@@ -115,6 +129,8 @@ class Child:
         timed_out = memory_exceeded = False
         last_stage = ""
         proc = self.proc
+        with _running_lock:
+            _running.add(proc)
         try:
             assert proc.stdin is not None
             proc.stdin.write((json.dumps(args) + "\n").encode())
@@ -139,6 +155,8 @@ class Child:
                 time.sleep(_POLL_SECONDS)
         finally:
             self.discard()  # also whatever the child left in its session
+            with _running_lock:
+                _running.discard(proc)
         out, err = self.scratch / "stdout.txt", self.scratch / "stderr.txt"
         return ChildOutcome(
             returncode=proc.returncode, wall_seconds=time.monotonic() - start, timed_out=timed_out,

@@ -1,0 +1,122 @@
+"""`kernelbot tasks | eval | demo`: the evaluator from a terminal."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from bot import render
+from bot.cli import REPO_TASKS, AsJson, Target, console, err_console, get_settings, run_command
+from tpu_runner.tasks import TaskError
+
+_app = typer.Typer()
+
+
+def register(app: typer.Typer) -> None:
+    for command in _app.registered_commands:
+        app.registered_commands.append(command)
+
+
+@_app.command("tasks")
+def tasks_command(
+    suite: Annotated[list[Path] | None, typer.Option("--suite", help="Task suite directory (repeatable).")] = None,
+    target: Target = None,
+    as_json: AsJson = False,
+) -> None:
+    """List tasks with shapes, FLOPs, bytes and roofline class on the target chip."""
+
+    def run() -> int:
+        from tpu_runner.hardware import get_chip
+        from tpu_runner.task_info import task_info
+        from tpu_runner.tasks import discover_tasks, load_task
+
+        settings = get_settings()
+        settings.ensure_dirs()
+        chip = get_chip(target or settings.default_target)
+        infos = []
+        errors: list[str] = []
+        dirs = [d for s in (suite or [REPO_TASKS]) for d in discover_tasks(s)]
+        with console.status("reading tasks (compiling references for cost analysis)...") as status:
+            for d in dirs:
+                status.update(f"reading {d.name}...")
+                try:
+                    infos.append(task_info(load_task(d), chip, settings.cache_dir))
+                except TaskError as exc:
+                    errors.append(str(exc))
+        if as_json:
+            from dataclasses import asdict
+
+            print(json.dumps({"target": chip.name, "tasks": [asdict(i) for i in infos], "errors": errors}, indent=1))
+        else:
+            console.print(render.tasks_table(infos, chip.name))
+            for e in errors:
+                err_console.print(f"[yellow]skipped:[/yellow] {e}")
+        return 0 if not errors else 1
+
+    run_command(run)
+
+
+@_app.command("eval")
+def eval_command(
+    task: Annotated[Path, typer.Option("--task", help="Task directory (reference.py + kernel_task.yaml).")],
+    kernel: Annotated[Path, typer.Option("--kernel", help="Candidate module defining computation(...).")],
+    target: Target = None,
+    allow_pure_jax: Annotated[bool, typer.Option("--allow-pure-jax", help="Accept candidates without pallas_call.")]
+    = False,
+    as_json: AsJson = False,
+) -> None:
+    """Evaluate one candidate kernel: static, lower, compile, correctness, performance, profile."""
+
+    def run() -> int:
+        from tpu_runner.evaluate import EvalRequest, evaluate
+
+        settings = get_settings()
+        request = EvalRequest(task, kernel, target or settings.default_target, allow_pure_jax)
+        result = _with_progress(lambda on_stage: evaluate(request, settings, on_stage=on_stage),
+                                f"evaluating {kernel.name}", quiet=as_json)
+        if as_json:
+            print(json.dumps(result.to_json(), indent=1, default=float))
+        else:
+            console.print(render.result_panel(result))
+        return 0 if result.ok else 1
+
+    run_command(run)
+
+
+@_app.command("demo")
+def demo_command(
+    task: Annotated[str, typer.Option("--task", help="Suite task whose known-good kernel is evaluated.")] = "softmax",
+    target: Target = None,
+) -> None:
+    """The embedded default: evaluate a suite task's known-good Pallas kernel and print the result."""
+
+    def run() -> int:
+        from tpu_runner.evaluate import EvalRequest, evaluate
+
+        settings = get_settings()
+        task_dir = REPO_TASKS / task
+        kernel = task_dir / "solutions" / "pallas.py"
+        if not kernel.is_file():
+            known = sorted(p.parent.parent.name for p in REPO_TASKS.glob("*/solutions/pallas.py"))
+            raise TaskError(f"task {task!r} has no known-good kernel; tasks with one: {', '.join(known)}")
+        console.print(f"kernelbot demo: evaluating the known-good Pallas kernel for [bold]{task}[/bold] "
+                      f"(data in {settings.home})")
+        request = EvalRequest(task_dir, kernel, target or settings.default_target)
+        result = _with_progress(lambda on_stage: evaluate(request, settings, on_stage=on_stage),
+                                f"evaluating {task}", quiet=False)
+        console.print(render.result_panel(result))
+        return 0 if result.ok else 1
+
+    run_command(run)
+
+
+def _with_progress(work: Callable[[Callable[[str], None]], Any], label: str, *, quiet: bool) -> Any:
+    if quiet or not sys.stderr.isatty():
+        return work(lambda stage: None)
+    with err_console.status(f"{label}: starting") as status:
+        return work(lambda stage: status.update(f"{label}: {render.STAGE_LABELS.get(stage, stage)}"))

@@ -1,0 +1,205 @@
+"""Everything kernelbot keeps: sessions and their steps, candidates, evaluations, human decisions, session events
+with their delivery per surface, the job queue, runners, schedules and digest runs.
+
+Times are UNIX seconds (float, UTC): the queue does arithmetic on them and every database compares them alike.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from sqlalchemy import JSON, Column, Index, Text, UniqueConstraint, text
+from sqlmodel import Field, SQLModel
+
+JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled")
+STEP_STATUSES = ("pending", "running", "awaiting_approval", "done", "failed", "cancelled")
+SESSION_MODES = ("hitl", "auto", "search")
+
+
+def now() -> float:
+    return time.time()
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def _json(**kwargs: Any) -> Any:
+    return Field(default=None, sa_column=Column(JSON, **kwargs))
+
+
+class Job(SQLModel, table=True):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        Index("ix_jobs_claim", "status", "kind", "priority", "id"),
+        # At most one live job per de-duplication key.
+        Index("ux_jobs_dedup_live", "dedup_key", unique=True,
+              sqlite_where=text("status IN ('queued', 'running')"),
+              postgresql_where=text("status IN ('queued', 'running')")),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    kind: str = Field(index=True)
+    payload: dict[str, Any] | None = _json()
+    status: str = Field(default="queued")
+    priority: int = 0
+    dedup_key: str | None = None
+    target: str | None = None  # a runner must serve this target to claim the job; None: any runner
+    attempts: int = 0
+    max_attempts: int = 3
+    fence: int = 0  # raised on every claim; only the current holder's fence may complete or fail the job
+    runner_id: str | None = Field(default=None, index=True)
+    lease_expires_at: float | None = None
+    run_after: float = Field(default_factory=now)
+    last_error: str | None = Field(default=None, sa_column=Column(Text))
+    result: dict[str, Any] | None = _json()
+    session_id: str | None = Field(default=None, index=True)
+    created_at: float = Field(default_factory=now)
+    started_at: float | None = None
+    finished_at: float | None = None
+
+
+class Runner(SQLModel, table=True):
+    __tablename__ = "runners"
+
+    id: str = Field(default_factory=new_id, primary_key=True)
+    name: str = Field(index=True)
+    host: str
+    pid: int
+    hardware: dict[str, Any] | None = _json()
+    targets: list[str] | None = _json()
+    kinds: list[str] | None = _json()
+    concurrency: int = 1
+    status: str = "active"  # active | stopping | stopped
+    started_at: float = Field(default_factory=now)
+    heartbeat_at: float = Field(default_factory=now)
+    current_jobs: list[int] | None = _json()
+
+
+class Candidate(SQLModel, table=True):
+    __tablename__ = "candidates"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str | None = Field(default=None, index=True)
+    parent_id: int | None = Field(default=None, foreign_key="candidates.id")
+    task: str
+    code: str = Field(sa_column=Column(Text, nullable=False))
+    plan: str | None = Field(default=None, sa_column=Column(Text))
+    strategy: str | None = None
+    content_hash: str = Field(index=True)
+    ir_hash: str | None = Field(default=None, index=True)
+    created_at: float = Field(default_factory=now)
+
+
+class Evaluation(SQLModel, table=True):
+    __tablename__ = "evaluations"
+    __table_args__ = (UniqueConstraint("job_id", name="ux_evaluations_job"),)  # one evaluation per job
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int | None = Field(default=None, foreign_key="jobs.id")
+    candidate_id: int | None = Field(default=None, foreign_key="candidates.id", index=True)
+    task: str
+    target: str
+    verdict: str = Field(index=True)
+    stage: str
+    speedup: float | None = None
+    method: str | None = None  # measured | estimated
+    result: dict[str, Any] | None = _json()
+    artifacts_dir: str | None = None
+    runner_id: str | None = None
+    created_at: float = Field(default_factory=now)
+
+
+class KernelSession(SQLModel, table=True):
+    __tablename__ = "sessions"
+
+    id: str = Field(default_factory=new_id, primary_key=True)
+    mode: str  # hitl | auto | search
+    status: str = "active"  # active | awaiting | done | failed | cancelled
+    task: str
+    target: str = "v6e"
+    owner: str | None = None
+    slack_channel: str | None = None
+    slack_thread_ts: str | None = None
+    budget: dict[str, Any] | None = _json()
+    best_candidate_id: int | None = None
+    created_at: float = Field(default_factory=now)
+    updated_at: float = Field(default_factory=now)
+
+
+class Step(SQLModel, table=True):
+    __tablename__ = "steps"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str = Field(foreign_key="sessions.id", index=True)
+    index: int
+    kind: str  # plan | implement | evaluate | profile | decide | ...
+    status: str = "pending"
+    inputs: dict[str, Any] | None = _json()
+    outputs: dict[str, Any] | None = _json()
+    created_at: float = Field(default_factory=now)
+    updated_at: float = Field(default_factory=now)
+
+
+class Decision(SQLModel, table=True):
+    __tablename__ = "decisions"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str = Field(foreign_key="sessions.id", index=True)
+    step_id: int | None = Field(default=None, foreign_key="steps.id")
+    actor: str
+    action: str  # approve | redirect | handoff | cancel | finish | iterate
+    text: str | None = Field(default=None, sa_column=Column(Text))
+    created_at: float = Field(default_factory=now)
+
+
+class SessionEvent(SQLModel, table=True):
+    __tablename__ = "session_events"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str = Field(foreign_key="sessions.id", index=True)
+    kind: str
+    payload: dict[str, Any] | None = _json()
+    created_at: float = Field(default_factory=now)
+
+
+class EventDelivery(SQLModel, table=True):
+    __tablename__ = "event_deliveries"
+    __table_args__ = (UniqueConstraint("event_id", "surface", name="ux_event_deliveries_surface"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    event_id: int = Field(foreign_key="session_events.id", index=True)
+    surface: str  # slack | terminal
+    status: str = "pending"  # pending | delivered | failed
+    attempts: int = 0
+    external_ref: str | None = None  # e.g. the Slack message ts
+    delivered_at: float | None = None
+
+
+class Schedule(SQLModel, table=True):
+    __tablename__ = "schedules"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(unique=True)
+    kind: str  # search | digest
+    cron: str
+    timezone: str = "UTC"
+    payload: dict[str, Any] | None = _json()
+    channel: str | None = None
+    enabled: bool = True
+    created_at: float = Field(default_factory=now)
+    last_run_at: float | None = None
+
+
+class DigestRun(SQLModel, table=True):
+    __tablename__ = "digest_runs"
+    __table_args__ = (UniqueConstraint("channel", "period", name="ux_digest_runs_period"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    channel: str
+    period: str  # e.g. "2026-11-30"
+    status: str = "pending"  # pending | posted | failed
+    created_at: float = Field(default_factory=now)
+    posted_at: float | None = None

@@ -1,0 +1,37 @@
+"""Runner registrations: who is serving, on what hardware, how recently it was heard from, what it holds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlmodel import Session, col, select
+
+from storage.models import Runner, now
+
+
+def register_runner(session: Session, *, name: str, host: str, pid: int, hardware: dict[str, Any],
+                    targets: list[str], kinds: list[str], concurrency: int) -> Runner:
+    runner = Runner(name=name, host=host, pid=pid, hardware=hardware, targets=targets, kinds=kinds,
+                    concurrency=concurrency, current_jobs=[])
+    session.add(runner)
+    session.flush()
+    return runner
+
+
+def heartbeat_runner(session: Session, *, runner_id: str, current_jobs: list[int], status: str = "active") -> None:
+    runner = session.get(Runner, runner_id)
+    if runner is None:
+        return
+    runner.heartbeat_at, runner.current_jobs, runner.status = now(), list(current_jobs), status
+    session.add(runner)
+
+
+def deregister_runner(session: Session, *, runner_id: str) -> None:
+    heartbeat_runner(session, runner_id=runner_id, current_jobs=[], status="stopped")
+
+
+def get_runners(session: Session, *, include_stopped: bool = False) -> list[Runner]:
+    query = select(Runner).order_by(col(Runner.started_at).desc())
+    if not include_stopped:
+        query = query.where(Runner.status != "stopped")
+    return list(session.exec(query).all())

@@ -1,0 +1,203 @@
+"""The TPU runner daemon: registers itself, claims jobs it can serve, runs them, heartbeats its leases,
+records results; on SIGTERM it stops claiming, lets running jobs finish (or gives them back) and deregisters.
+A runner killed outright loses nothing: its leases expire and another runner takes the jobs over."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlmodel import Session
+
+from storage import queue
+from storage.runners import deregister_runner, heartbeat_runner, register_runner
+from storage.settings import Settings
+from tpu_runner.jobs import JOB_KINDS, JobContext, JobRejected
+from tpu_runner.sandbox import SparePool, kill_running_children
+
+log = logging.getLogger("kernelbot.runner")
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    name: str
+    targets: tuple[str, ...]
+    concurrency: int = 1
+    kinds: tuple[str, ...] = ()  # empty: every registered kind
+    lease_seconds: float = 60.0
+    poll_seconds: float = 0.5
+    grace_seconds: float = 30.0  # on SIGTERM, how long running jobs may take to finish before they are given back
+    exit_when_idle: bool = False
+    backoff_base: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency={self.concurrency} must be at least 1")
+        if self.lease_seconds < 1:
+            raise ValueError(f"lease_seconds={self.lease_seconds} must be at least 1")
+
+    @property
+    def heartbeat_seconds(self) -> float:
+        return self.lease_seconds / 4
+
+
+@dataclass
+class _Held:
+    lease: queue.Lease
+    future: Future[None]
+    lost: bool = False
+
+
+@dataclass
+class RunnerDaemon:
+    engine: Engine
+    settings: Settings
+    config: RunnerConfig
+    hardware: dict[str, Any] = field(default_factory=dict)
+    runner_id: str = ""
+    stopping: threading.Event = field(default_factory=threading.Event)
+    completed: int = 0
+
+    def kinds(self) -> list[str]:
+        return list(self.config.kinds) or sorted(JOB_KINDS)
+
+    def request_stop(self, *_: Any) -> None:
+        if not self.stopping.is_set():
+            log.info("runner %s: stopping - no new jobs; running ones may finish", self.runner_id)
+        self.stopping.set()
+
+    def run(self) -> int:
+        unknown = sorted(set(self.config.kinds) - set(JOB_KINDS))
+        if unknown:
+            raise ValueError(f"unknown job kinds {unknown}; registered: {sorted(JOB_KINDS)}")
+        with Session(self.engine) as s, s.begin():
+            runner = register_runner(s, name=self.config.name, host=socket.gethostname(), pid=os.getpid(),
+                                     hardware=self.hardware, targets=list(self.config.targets), kinds=self.kinds(),
+                                     concurrency=self.config.concurrency)
+            self.runner_id = runner.id
+        log.info("runner %s (%s) serving %s for %s", self.runner_id, self.config.name, self.kinds(),
+                 list(self.config.targets))
+        spares = SparePool(root=self.settings.home / "sandbox", limits=self.settings.limits,
+                           keep=min(self.config.concurrency, 1))
+        held: dict[int, _Held] = {}
+        pool = ThreadPoolExecutor(max_workers=self.config.concurrency, thread_name_prefix="job")
+        last_beat = 0.0
+        try:
+            while True:
+                for job_id in [j for j, h in held.items() if h.future.done()]:
+                    del held[job_id]
+                if time.monotonic() - last_beat >= self.config.heartbeat_seconds:
+                    self._heartbeat(held)
+                    last_beat = time.monotonic()
+                if self.stopping.is_set():
+                    break
+                claimed = self._claim(held, pool, spares)
+                if not claimed and not held and self.config.exit_when_idle and not self._work_may_come():
+                    log.info("runner %s: idle, exiting (%d jobs done)", self.runner_id, self.completed)
+                    break
+                if not claimed:
+                    self.stopping.wait(self.config.poll_seconds)
+            self._drain(held)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+            spares.close()
+            with Session(self.engine) as s, s.begin():
+                deregister_runner(s, runner_id=self.runner_id)
+        return 0
+
+    def _work_may_come(self) -> bool:
+        with Session(self.engine) as s:
+            return queue.runnable_later(s, kinds=self.kinds(), targets=list(self.config.targets)) > 0
+
+    def _claim(self, held: dict[int, _Held], pool: ThreadPoolExecutor, spares: SparePool) -> int:
+        free = self.config.concurrency - len(held)
+        if free <= 0:
+            return 0
+        with Session(self.engine) as s, s.begin():
+            leases = queue.claim(s, runner_id=self.runner_id, kinds=self.kinds(), targets=list(self.config.targets),
+                                 lease_seconds=self.config.lease_seconds, limit=free)
+        for lease in leases:
+            log.info("runner %s: job %d (%s) attempt %d", self.runner_id, lease.job_id, lease.kind, lease.attempts)
+            held[lease.job_id] = _Held(lease, pool.submit(self._run_job, lease, spares))
+        return len(leases)
+
+    def _heartbeat(self, held: dict[int, _Held]) -> None:
+        with Session(self.engine) as s, s.begin():
+            for h in held.values():
+                if h.lost:
+                    continue
+                if not queue.heartbeat(s, job_id=h.lease.job_id, fence=h.lease.fence,
+                                       lease_seconds=self.config.lease_seconds):
+                    h.lost = True
+                    log.warning("runner %s: lost the lease on job %d (expired, cancelled or taken over); its "
+                                "result will be discarded", self.runner_id, h.lease.job_id)
+            status = "stopping" if self.stopping.is_set() else "active"
+            heartbeat_runner(s, runner_id=self.runner_id, current_jobs=sorted(held), status=status)
+
+    def _run_job(self, lease: queue.Lease, spares: SparePool) -> None:
+        handler = JOB_KINDS[lease.kind]
+        ctx = JobContext(settings=self.settings, runner_id=self.runner_id, job_id=lease.job_id, spares=spares)
+        try:
+            outcome = handler(ctx, lease.payload)
+        except JobRejected as exc:
+            self._record_failure(lease, str(exc), retry=False)
+            return
+        except Exception as exc:
+            log.exception("runner %s: job %d raised", self.runner_id, lease.job_id)
+            detail = "".join(traceback.format_exception_only(exc)).strip()
+            self._record_failure(lease, detail, retry=True)
+            return
+        with Session(self.engine) as s, s.begin():
+            recorded = queue.complete(s, job_id=lease.job_id, fence=lease.fence, result=outcome.result,
+                                      evaluations=outcome.evaluations)
+        if recorded:
+            self.completed += 1
+        else:
+            log.warning("runner %s: job %d finished after its lease was lost; result discarded", self.runner_id,
+                        lease.job_id)
+
+    def _record_failure(self, lease: queue.Lease, reason: str, *, retry: bool) -> None:
+        with Session(self.engine) as s, s.begin():
+            status = queue.fail(s, job_id=lease.job_id, fence=lease.fence, reason=reason, retry=retry,
+                                backoff_base=self.config.backoff_base)
+        log.warning("runner %s: job %d failed (%s): %s", self.runner_id, lease.job_id, status or "lease lost", reason)
+
+    def _drain(self, held: dict[int, _Held]) -> None:
+        """Let running jobs finish within the grace period (still heartbeating), then give the rest back."""
+        deadline = time.monotonic() + self.config.grace_seconds
+        while any(not h.future.done() for h in held.values()) and time.monotonic() < deadline:
+            self._heartbeat({j: h for j, h in held.items() if not h.future.done()})
+            time.sleep(min(self.config.poll_seconds, self.config.heartbeat_seconds))
+        unfinished = [h for h in held.values() if not h.future.done()]
+        if not unfinished:
+            return
+        with Session(self.engine) as s, s.begin():
+            for h in unfinished:
+                queue.release(s, job_id=h.lease.job_id, fence=h.lease.fence)
+        killed = kill_running_children()
+        log.info("runner %s: gave back %d unfinished jobs (stopped %d evaluations)", self.runner_id, len(unfinished),
+                 killed)
+
+
+def describe_hardware() -> dict[str, Any]:
+    """What jax.devices() shows on this host, and its size."""
+    import jax
+
+    devices = jax.devices()
+    return {"platform": devices[0].platform if devices else None,
+            "devices": [{"id": d.id, "kind": d.device_kind} for d in devices],
+            "cpus": os.cpu_count(), "host": socket.gethostname()}
+
+
+def install_signal_handlers(daemon: RunnerDaemon) -> None:
+    signal.signal(signal.SIGTERM, daemon.request_stop)
+    signal.signal(signal.SIGINT, daemon.request_stop)
