@@ -56,6 +56,8 @@ def runner_command(
                                                  "heartbeat; another runner takes a job over after that.")] = 60.0,
     kind: Annotated[list[str] | None, typer.Option("--kind", help="Job kinds served (repeatable; default all).")]
     = None,
+    grace_seconds: Annotated[float, typer.Option("--grace-seconds", help="On SIGTERM, how long running jobs may "
+                                                 "take to finish before they are given back.")] = 30.0,
 ) -> None:
     """The TPU runner daemon: claims jobs from the shared queue, runs them, records results. SIGTERM stops it
     cleanly (running jobs finish or are given back)."""
@@ -78,10 +80,15 @@ def runner_command(
         engine = open_database(settings)
         config = RunnerConfig(name=name or f"{socket.gethostname()}-{os.getpid()}", targets=targets,
                               concurrency=concurrency, kinds=tuple(kind or ()), lease_seconds=lease_seconds,
-                              exit_when_idle=exit_when_idle)
+                              exit_when_idle=exit_when_idle, grace_seconds=grace_seconds)
         daemon = RunnerDaemon(engine=engine, settings=settings, config=config, hardware=describe_hardware())
         install_signal_handlers(daemon)
-        return daemon.run()
+        code = daemon.run()
+        if daemon.abandoned:
+            # Jobs given back on shutdown may still be running in their threads; they must not hold the exit.
+            logging.shutdown()
+            os._exit(code)
+        return code
 
     run_command(run)
 

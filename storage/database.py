@@ -14,5 +14,9 @@ def open_database(settings: Settings) -> Engine:
     (`kernelbot db upgrade`) - a process facing an older schema refuses to start and says so."""
     settings.home.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.database)
-    ensure_schema(engine, upgrade_if_needed=is_sqlite(engine))
+    try:
+        ensure_schema(engine, upgrade_if_needed=is_sqlite(engine))
+    except Exception:
+        engine.dispose()
+        raise
     return engine

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import and_, func, or_, update
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from storage.models import Evaluation, Job, now
@@ -54,8 +55,20 @@ def enqueue(session: Session, *, kind: str, payload: dict[str, Any] | None = Non
             return live
     job = Job(kind=kind, payload=payload or {}, priority=priority, dedup_key=dedup_key, target=target,
               max_attempts=max_attempts, session_id=session_id)
-    session.add(job)
-    session.flush()
+    if dedup_key is None:
+        session.add(job)
+        session.flush()
+        return job
+    try:
+        with session.begin_nested():  # another transaction may insert the same key between our check and insert
+            session.add(job)
+            session.flush()
+    except IntegrityError:
+        live = session.exec(select(Job).where(Job.dedup_key == dedup_key,
+                                              col(Job.status).in_(("queued", "running")))).first()
+        if live is None:
+            raise
+        return live
     return job
 
 
@@ -70,16 +83,29 @@ def claim(session: Session, *, runner_id: str, kinds: Sequence[str], targets: Se
                    and_(Job.status == "running", Job.lease_expires_at < t))
     query = (select(Job).where(col(Job.kind).in_(list(kinds)), runnable,
                                or_(col(Job.target).is_(None), col(Job.target).in_(list(targets))))
-             .order_by(col(Job.priority).desc(), col(Job.id)).limit(limit))
+             .order_by(col(Job.priority).desc(), col(Job.id)))
     if session.get_bind().dialect.name == "postgresql":
         query = query.with_for_update(skip_locked=True)
     leases: list[Lease] = []
-    for job in session.exec(query).all():
+    while len(leases) < limit:
+        batch = session.exec(query.limit(limit - len(leases))).all()
+        if not batch:
+            break
+        leases += _lease_batch(session, batch, runner_id=runner_id, lease_seconds=lease_seconds, t=t)
+    session.flush()
+    return leases
+
+
+def _lease_batch(session: Session, batch: Sequence[Job], *, runner_id: str, lease_seconds: float,
+                 t: float) -> list[Lease]:
+    leases: list[Lease] = []
+    for job in batch:
         if job.status == "running" and job.attempts >= job.max_attempts:
             job.status, job.finished_at, job.lease_expires_at = "failed", t, None
             job.last_error = (f"its runner {job.runner_id} stopped answering (lease expired) on each of "
                               f"{job.attempts} attempts; last error: {job.last_error or 'none recorded'}")
             session.add(job)
+            session.flush()  # no longer runnable: the next batch will not see it again
             continue
         job.status, job.runner_id = "running", runner_id
         job.attempts += 1
@@ -149,14 +175,12 @@ def release(session: Session, *, job_id: int, fence: int) -> bool:
 
 def cancel(session: Session, *, job_id: int) -> bool:
     """Cancel a job that has not finished; a running holder finds out at its next heartbeat."""
-    job = session.get(Job, job_id)
-    if job is None:
+    if session.get(Job, job_id) is None:
         raise JobNotFound(f"no job {job_id}")
-    if job.status not in ("queued", "running"):
-        return False
-    job.status, job.finished_at, job.lease_expires_at = "cancelled", now(), None
-    session.add(job)
-    return True
+    # Conditional on the status in the same statement: a completion committed meanwhile is not overwritten.
+    result = session.execute(update(Job).where(Job.id == job_id, col(Job.status).in_(("queued", "running")))
+                             .values(status="cancelled", finished_at=now(), lease_expires_at=None))
+    return result.rowcount == 1
 
 
 def runnable_later(session: Session, *, kinds: Sequence[str], targets: Sequence[str]) -> int:

@@ -65,7 +65,9 @@ class RunnerDaemon:
     hardware: dict[str, Any] = field(default_factory=dict)
     runner_id: str = ""
     stopping: threading.Event = field(default_factory=threading.Event)
+    wake: threading.Event = field(default_factory=threading.Event)  # a job finished or a stop was asked for
     completed: int = 0
+    abandoned: int = 0  # jobs given back while their threads still ran
 
     def kinds(self) -> list[str]:
         return list(self.config.kinds) or sorted(JOB_KINDS)
@@ -74,6 +76,7 @@ class RunnerDaemon:
         if not self.stopping.is_set():
             log.info("runner %s: stopping - no new jobs; running ones may finish", self.runner_id)
         self.stopping.set()
+        self.wake.set()
 
     def run(self) -> int:
         unknown = sorted(set(self.config.kinds) - set(JOB_KINDS))
@@ -105,7 +108,8 @@ class RunnerDaemon:
                     log.info("runner %s: idle, exiting (%d jobs done)", self.runner_id, self.completed)
                     break
                 if not claimed:
-                    self.stopping.wait(self.config.poll_seconds)
+                    self.wake.wait(self.config.poll_seconds)
+                    self.wake.clear()
             self._drain(held)
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
@@ -144,6 +148,12 @@ class RunnerDaemon:
             heartbeat_runner(s, runner_id=self.runner_id, current_jobs=sorted(held), status=status)
 
     def _run_job(self, lease: queue.Lease, spares: SparePool) -> None:
+        try:
+            self._run_handler(lease, spares)
+        finally:
+            self.wake.set()  # a slot is free: claim the next job now rather than at the next poll
+
+    def _run_handler(self, lease: queue.Lease, spares: SparePool) -> None:
         handler = JOB_KINDS[lease.kind]
         ctx = JobContext(settings=self.settings, runner_id=self.runner_id, job_id=lease.job_id, spares=spares)
         try:
@@ -183,6 +193,7 @@ class RunnerDaemon:
         with Session(self.engine) as s, s.begin():
             for h in unfinished:
                 queue.release(s, job_id=h.lease.job_id, fence=h.lease.fence)
+        self.abandoned = len(unfinished)
         killed = kill_running_children()
         log.info("runner %s: gave back %d unfinished jobs (stopped %d evaluations)", self.runner_id, len(unfinished),
                  killed)

@@ -1,0 +1,149 @@
+"""Migrations on SQLite and PostgreSQL: from nothing and from the previous version to head, the models agree with
+them, the schema check at start, and the SQLite connection settings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Engine, inspect, text
+from sqlmodel import Session, SQLModel, select
+
+import storage.models  # noqa: F401  (registers every table in SQLModel.metadata)
+from storage.database import open_database
+from storage.engine import SQLITE_BUSY_TIMEOUT_MS, make_engine
+from storage.migrate import SchemaOutdated, current_revision, ensure_schema, head_revision, upgrade
+from storage.models import Job
+from storage.settings import load_settings
+
+TABLES_0001 = {"jobs", "runners", "candidates", "evaluations"}
+TABLES_0002 = {"sessions", "steps", "decisions", "session_events", "event_deliveries", "schedules", "digest_runs"}
+
+
+@pytest.fixture
+def bare_engine(database_url: str) -> Iterator[Engine]:
+    """An engine on an empty database: no tables, no revision."""
+    eng = make_engine(database_url)
+    yield eng
+    eng.dispose()
+
+
+def _tables(engine: Engine) -> set[str]:
+    return set(inspect(engine).get_table_names()) - {"alembic_version"}
+
+
+def test_the_revisions_form_one_line_ending_at_0002() -> None:
+    assert head_revision() == "0002"
+
+
+def test_upgrading_an_empty_database_creates_every_table(bare_engine: Engine) -> None:
+    assert current_revision(bare_engine) is None
+    assert _tables(bare_engine) == set()
+    upgrade(bare_engine)
+    assert current_revision(bare_engine) == head_revision()
+    assert _tables(bare_engine) == set(SQLModel.metadata.tables)
+    assert set(SQLModel.metadata.tables) == TABLES_0001 | TABLES_0002
+
+
+def test_upgrading_again_changes_nothing(bare_engine: Engine) -> None:
+    upgrade(bare_engine)
+    upgrade(bare_engine)
+    assert current_revision(bare_engine) == head_revision()
+
+
+def test_upgrading_from_0001_keeps_the_jobs(bare_engine: Engine) -> None:
+    upgrade(bare_engine, "0001")
+    assert current_revision(bare_engine) == "0001"
+    assert _tables(bare_engine) == TABLES_0001
+    with bare_engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO jobs (kind, payload, status, priority, dedup_key, attempts, max_attempts, fence, run_after, "
+            "created_at) VALUES ('evaluate', '{\"task\": \"matmul\"}', 'queued', 7, 'matmul@v6e', 0, 3, 0, "
+            "1700000000.5, 1700000000.0)"))
+
+    upgrade(bare_engine)
+    assert current_revision(bare_engine) == head_revision()
+    assert _tables(bare_engine) == TABLES_0001 | TABLES_0002
+    with Session(bare_engine) as s, s.begin():
+        jobs = s.exec(select(Job)).all()
+        assert [(j.kind, j.status, j.priority, j.dedup_key, j.payload, j.run_after) for j in jobs] == [
+            ("evaluate", "queued", 7, "matmul@v6e", {"task": "matmul"}, 1700000000.5)]
+
+
+def test_the_models_match_the_migrations(bare_engine: Engine) -> None:
+    upgrade(bare_engine)
+    with bare_engine.connect() as conn:
+        differences = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}),
+                                       SQLModel.metadata)
+    assert differences == [], f"the models and the migrations differ on {bare_engine.dialect.name}: {differences}"
+
+
+def test_ensure_schema_refuses_an_outdated_database_and_names_the_command(bare_engine: Engine) -> None:
+    upgrade(bare_engine, "0001")
+    with pytest.raises(SchemaOutdated, match="kernelbot db upgrade") as raised:
+        ensure_schema(bare_engine, upgrade_if_needed=False)
+    assert "0001" in str(raised.value) and head_revision() in str(raised.value)
+    assert current_revision(bare_engine) == "0001"  # nothing was changed
+
+    ensure_schema(bare_engine, upgrade_if_needed=True)
+    assert current_revision(bare_engine) == head_revision()
+    ensure_schema(bare_engine, upgrade_if_needed=False)  # up to date: no complaint
+
+
+def test_ensure_schema_on_an_empty_database_says_nothing_is_there(bare_engine: Engine) -> None:
+    with pytest.raises(SchemaOutdated, match="at nothing"):
+        ensure_schema(bare_engine, upgrade_if_needed=False)
+    assert _tables(bare_engine) == set()
+
+
+def test_open_database_upgrades_an_embedded_sqlite_database_itself(tmp_path: Path) -> None:
+    settings = load_settings({"KERNELBOT_HOME": str(tmp_path / "home")})
+    engine = open_database(settings)
+    try:
+        assert engine.dialect.name == "sqlite"
+        assert (tmp_path / "home" / "kernelbot.db").is_file()
+        assert current_revision(engine) == head_revision()
+    finally:
+        engine.dispose()
+
+
+def test_open_database_upgrades_an_outdated_sqlite_database_itself(tmp_path: Path) -> None:
+    settings = load_settings({"KERNELBOT_HOME": str(tmp_path)})
+    old = make_engine(settings.database)
+    upgrade(old, "0001")
+    old.dispose()
+    engine = open_database(settings)
+    try:
+        assert current_revision(engine) == head_revision()
+        assert _tables(engine) == TABLES_0001 | TABLES_0002
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_open_database_refuses_an_outdated_postgresql_database(database_url: str, tmp_path: Path) -> None:
+    old = make_engine(database_url)
+    upgrade(old, "0001")
+    settings = load_settings({"KERNELBOT_HOME": str(tmp_path), "KERNELBOT_DATABASE_URL": database_url})
+    with pytest.raises(SchemaOutdated, match="kernelbot db upgrade"):
+        open_database(settings)
+    assert current_revision(old) == "0001"  # an operator upgrades a shared server, not a process starting
+    upgrade(old)
+    engine = open_database(settings)
+    try:
+        assert engine.dialect.name == "postgresql"
+        assert current_revision(engine) == head_revision()
+    finally:
+        engine.dispose()
+        old.dispose()
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_sqlite_connections_use_wal_and_a_busy_timeout(engine: Engine) -> None:
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == SQLITE_BUSY_TIMEOUT_MS == 30000
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
