@@ -38,6 +38,7 @@ class Lease:
     payload: dict[str, Any]
     attempts: int
     expires_at: float
+    session_id: str | None = None  # the session this work belongs to, if any: results become its events
 
 
 def backoff_seconds(attempts: int, base: float) -> float:
@@ -114,7 +115,7 @@ def _lease_batch(session: Session, batch: Sequence[Job], *, runner_id: str, leas
         job.started_at = t
         session.add(job)
         leases.append(Lease(job_id=job.id or 0, fence=job.fence, kind=job.kind, payload=dict(job.payload or {}),
-                            attempts=job.attempts, expires_at=job.lease_expires_at))
+                            attempts=job.attempts, expires_at=job.lease_expires_at, session_id=job.session_id))
     session.flush()
     return leases
 

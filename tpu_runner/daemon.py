@@ -19,6 +19,7 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 
 from storage import queue
+from storage.models import SessionEvent
 from storage.runners import deregister_runner, heartbeat_runner, register_runner
 from storage.settings import Settings
 from tpu_runner.jobs import JOB_KINDS, JobContext, JobRejected
@@ -169,6 +170,10 @@ class RunnerDaemon:
         with Session(self.engine) as s, s.begin():
             recorded = queue.complete(s, job_id=lease.job_id, fence=lease.fence, result=outcome.result,
                                       evaluations=outcome.evaluations)
+            if recorded and lease.session_id:
+                s.add(SessionEvent(session_id=lease.session_id, kind="job_done", payload={
+                    "job_id": lease.job_id, "kind": lease.kind, "result": outcome.result,
+                    "evaluation_ids": [e.id for e in outcome.evaluations]}))
         if recorded:
             self.completed += 1
         else:
@@ -179,6 +184,9 @@ class RunnerDaemon:
         with Session(self.engine) as s, s.begin():
             status = queue.fail(s, job_id=lease.job_id, fence=lease.fence, reason=reason, retry=retry,
                                 backoff_base=self.config.backoff_base)
+            if status == "failed" and lease.session_id:
+                s.add(SessionEvent(session_id=lease.session_id, kind="job_failed", payload={
+                    "job_id": lease.job_id, "kind": lease.kind, "reason": reason}))
         log.warning("runner %s: job %d failed (%s): %s", self.runner_id, lease.job_id, status or "lease lost", reason)
 
     def _drain(self, held: dict[int, _Held]) -> None:
