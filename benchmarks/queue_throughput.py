@@ -117,20 +117,20 @@ def percentiles_ms(seconds: list[float]) -> tuple[float, float]:
     return statistics.median(ms), p90
 
 
-def done_jobs(url: str, expected: int) -> tuple[list[Job], dict[str, str]]:
-    """Every job, which must all be done, and the runners' names by id."""
+def done_jobs(url: str, expected: int) -> tuple[list[Job], list[Runner]]:
+    """Every job, which must all be done, and the runners."""
     engine = make_engine(url)
     try:
         with Session(engine) as s:
             jobs = list(s.exec(select(Job)).all())
-            names = {r.id: r.name for r in s.exec(select(Runner)).all()}
+            runners = list(s.exec(select(Runner)).all())
     finally:
         engine.dispose()
     statuses = Counter(j.status for j in jobs)
     if len(jobs) != expected or statuses["done"] != expected:
         errors = Counter(j.last_error for j in jobs if j.last_error)
         raise BenchmarkFailed(f"expected {expected} done jobs, found {dict(statuses)} (errors: {dict(errors)})")
-    return jobs, names
+    return jobs, runners
 
 
 def throughput_round(url: str, home: Path, jobs: int, runners: int, timeout: float) -> dict[str, object]:
@@ -157,13 +157,16 @@ def throughput_round(url: str, home: Path, jobs: int, runners: int, timeout: flo
                 raise BenchmarkFailed(f"runner {log.stem} exited with {code}; its log ends:\n{tail(log)}")
     finally:
         stop_all(procs)
-    rows, names = done_jobs(url, jobs)
+    rows, registered = done_jobs(url, jobs)
     first = min(j.started_at or 0.0 for j in rows)
     last = max(j.finished_at or 0.0 for j in rows)
     median, p90 = percentiles_ms([(j.started_at or 0.0) - j.created_at for j in rows])
+    names = {r.id: r.name for r in registered}
     shares = Counter(names.get(j.runner_id or "", "?") for j in rows)
+    all_up = max(r.started_at for r in registered)  # runners start one by one: jobs claimed before all were up
+    early = sum(1 for j in rows if (j.started_at or 0.0) < all_up)
     return {"seconds": last - first, "rate": jobs / (last - first), "median": median, "p90": p90,
-            "shares": "/".join(str(shares[f"bench{i}"]) for i in range(runners))}
+            "shares": "/".join(str(shares[f"bench{i}"]) for i in range(runners)), "early": early}
 
 
 def idle_latency(url: str, home: Path, count: int, gap: float, timeout: float) -> tuple[float, float]:
@@ -224,6 +227,7 @@ def main() -> None:
             kinds.remove("postgresql")
     began = time.perf_counter()
     shares: list[str] = []
+    early: list[str] = []
     idle: dict[str, tuple[float, float]] = {}
     print(f"{'database':<10} {'runners':>7} {'jobs':>5} {'seconds':>8} {'jobs/s':>7} {'enqueue->claim median ms':>24} "
           f"{'p90 ms':>8}", flush=True)
@@ -238,6 +242,8 @@ def main() -> None:
                 print(f"{kind:<10} {runners:>7} {args.jobs:>5} {r['seconds']:>8.2f} {r['rate']:>7.1f} "
                       f"{r['median']:>24.0f} {r['p90']:>8.0f}", flush=True)
                 shares.append(f"{kind} x{runners}: {r['shares']}")
+                if runners > 1:
+                    early.append(f"{kind} x{runners}: {r['early']}")
             home = scratch / f"{kind}-idle"
             home.mkdir()
             with fresh_database(kind, args.postgres, scratch) as url:
@@ -248,6 +254,8 @@ def main() -> None:
         print(f"{kind}: one idle runner (polls every 0.5 s when it finds no work), {args.idle_jobs} jobs enqueued "
               f"{args.idle_gap:g} s apart: enqueue->claim median {median:.0f} ms, p90 {p90:.0f} ms")
     print("jobs done per runner: " + "; ".join(shares))
+    if early:
+        print(f"of the {args.jobs}, claimed before the last runner had started up: " + "; ".join(early))
     for note in notes:
         print(note)
     print(f"total {time.perf_counter() - began:.0f} s")

@@ -55,9 +55,10 @@ def run_command(fn: Callable[[], int]) -> None:
             if os.environ.get("KERNELBOT_DEBUG"):
                 raise
             logging.getLogger("kernelbot").exception("unexpected error")
-            err_console.print(f"[red]error:[/red] {type(exc).__name__}: {exc} (set KERNELBOT_DEBUG=1 for a traceback)")
+            err_console.print(f"[red]error:[/red] {type(exc).__name__}: {exc} (set KERNELBOT_DEBUG=1 for a traceback)",
+                              soft_wrap=True)
             raise typer.Exit(2) from None
-        err_console.print(f"[red]error:[/red] {message}\n[dim]next: {hint}[/dim]")
+        err_console.print(f"[red]error:[/red] {message}\n[dim]next: {hint}[/dim]", soft_wrap=True)
         raise typer.Exit(2) from None
     raise typer.Exit(code)
 

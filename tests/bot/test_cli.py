@@ -81,3 +81,24 @@ def test_tasks_json_lists_the_suite_with_costs(kernelbot_home: Path) -> None:
     assert tasks["softmax"]["compulsory_bytes"] == pytest.approx(2 * 8192 * 8192 * 4)
     assert tasks["matmul_bf16"]["flops"] == pytest.approx(2 * 4096**3, rel=0.01)
     assert all(t["bytes"] > 0 and t["configurations"] for t in tasks.values())
+
+
+def test_db_upgrade_then_enqueue_eval(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    proc = _run(["db", "upgrade"], home)
+    assert proc.returncode == 0 and "empty -> 0002" in proc.stdout
+    proc = _run(["db", "upgrade"], home)
+    assert "0002 -> 0002" in proc.stdout  # idempotent
+    proc = _run(["enqueue-eval", "--task", str(TASKS / "softmax"), "--kernel",
+                 str(TASKS / "softmax/solutions/pallas.py"), "--target", "v5e"], home)
+    assert proc.returncode == 0 and proc.stdout.strip().isdigit()
+    jobs = json.loads(_run(["jobs", "--json"], home).stdout)
+    assert [(j["kind"], j["status"], j["target"]) for j in jobs] == [("evaluate", "queued", "v5e")]
+
+
+def test_enqueue_eval_refuses_a_broken_task_before_queueing(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    proc = _run(["enqueue-eval", "--task", str(tmp_path), "--kernel", str(TASKS / "softmax/solutions/pallas.py")],
+                home)
+    assert proc.returncode == 2 and "is not a task" in proc.stderr
+    assert json.loads(_run(["jobs", "--json"], home).stdout) == []
