@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+import tempfile
+import time
+import traceback
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
@@ -25,12 +30,17 @@ Target = Annotated[str | None, typer.Option("--target", help=f"TPU generation: {
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
 
-def _friendly(exc: Exception) -> tuple[str, str]:
-    """One line and the next step, for each kind of bad input."""
+def _friendly(exc: Exception) -> tuple[str, str] | None:
+    """One line and the next step, for each kind of bad input or unreachable service; None if unknown."""
+    from sqlalchemy.exc import OperationalError
+
     from storage.migrate import SchemaOutdated
     from storage.queue import JobNotFound
     from tpu_runner.evaluate import KernelFileError
 
+    if isinstance(exc, OperationalError):
+        return (f"cannot use the database: {str(exc.orig).strip().splitlines()[0]}",
+                "check KERNELBOT_DATABASE_URL and that the server is running")
     table: list[tuple[type[Exception], str]] = [
         (TaskError, "check the task directory (reference.py + kernel_task.yaml); `kernelbot tasks` lists valid ones"),
         (KernelFileError, "pass the path of a Python file that defines computation(...)"),
@@ -42,22 +52,36 @@ def _friendly(exc: Exception) -> tuple[str, str]:
     for kind, hint in table:
         if isinstance(exc, kind):
             return str(exc), hint
-    raise exc
+    return None
+
+
+def _log_unexpected(exc: Exception) -> str:
+    """Keep the traceback in the log directory; return an id a person can quote."""
+    error_id = uuid.uuid4().hex[:8]
+    try:
+        log_dir = load_settings().logs_dir
+    except SettingsError:
+        log_dir = Path(tempfile.gettempdir())
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with open(log_dir / "errors.log", "a") as f:
+        f.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} error {error_id} (argv: {sys.argv[1:]})\n")
+        f.write("".join(traceback.format_exception(exc)))
+    return f"{error_id} (traceback in {log_dir / 'errors.log'})"
 
 
 def run_command(fn: Callable[[], int]) -> None:
     try:
         code = fn()
-    except (TaskError, UnknownTarget, SettingsError, ValueError, RuntimeError, LookupError) as exc:
-        try:
-            message, hint = _friendly(exc)
-        except Exception:
+    except typer.Exit:
+        raise
+    except Exception as exc:
+        known = _friendly(exc)
+        if known is None:
             if os.environ.get("KERNELBOT_DEBUG"):
                 raise
-            logging.getLogger("kernelbot").exception("unexpected error")
-            err_console.print(f"[red]error:[/red] {type(exc).__name__}: {exc} (set KERNELBOT_DEBUG=1 for a traceback)",
-                              soft_wrap=True)
-            raise typer.Exit(2) from None
+            known = (f"unexpected {type(exc).__name__}: {exc}", f"report error {_log_unexpected(exc)}; "
+                     "KERNELBOT_DEBUG=1 shows the traceback here")
+        message, hint = known
         err_console.print(f"[red]error:[/red] {message}\n[dim]next: {hint}[/dim]", soft_wrap=True)
         raise typer.Exit(2) from None
     raise typer.Exit(code)

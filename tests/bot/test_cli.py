@@ -102,3 +102,11 @@ def test_enqueue_eval_refuses_a_broken_task_before_queueing(tmp_path: Path) -> N
                 home)
     assert proc.returncode == 2 and "is not a task" in proc.stderr
     assert json.loads(_run(["jobs", "--json"], home).stdout) == []
+
+
+def test_unreachable_database_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    env = {**os.environ, "KERNELBOT_HOME": str(tmp_path), "KERNELBOT_DATABASE_URL": "postgresql://x@127.0.0.1:1/x"}
+    proc = subprocess.run([*KERNELBOT, "jobs"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    assert "cannot use the database" in proc.stderr and "KERNELBOT_DATABASE_URL" in proc.stderr
+    assert "Traceback" not in proc.stderr
