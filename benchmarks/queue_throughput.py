@@ -218,12 +218,11 @@ def main() -> None:
     args = parser.parse_args()
     counts = [int(n) for n in args.runners.split(",")]
     kinds = args.databases.split(",")
-    notes: list[str] = []
     if "postgresql" in kinds:
         why = postgres_unreachable(args.postgres)
         if why is not None:
             server = make_url(normalise_url(args.postgres)).render_as_string(hide_password=True)
-            notes.append(f"PostgreSQL skipped: {server} is not reachable ({why})")
+            print(f"PostgreSQL skipped: {server} is not reachable ({why})")
             kinds.remove("postgresql")
     began = time.perf_counter()
     shares: list[str] = []
@@ -256,8 +255,6 @@ def main() -> None:
     print("jobs done per runner: " + "; ".join(shares))
     if early:
         print(f"of the {args.jobs}, claimed before the last runner had started up: " + "; ".join(early))
-    for note in notes:
-        print(note)
     print(f"total {time.perf_counter() - began:.0f} s")
 
 
