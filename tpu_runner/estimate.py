@@ -10,27 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpu_runner.hardware import ChipSpec, Roofline
+from tpu_runner.hardware import BoundTime, ChipSpec, Roofline
 from tpu_runner.traffic import TrafficReport
 
 # Anything estimated or measured below this fraction of the roofline time beats physics.
 PHYSICS_MARGIN = 0.9
 
 
-@dataclass(frozen=True)
-class TimeEstimate:
+@dataclass(frozen=True, kw_only=True)
+class TimeEstimate(BoundTime):
     cycles: int
     hbm_bytes: float
-    compute_seconds: float
-    memory_seconds: float
-
-    @property
-    def seconds(self) -> float:
-        return max(self.compute_seconds, self.memory_seconds)
-
-    @property
-    def bound(self) -> str:
-        return "compute" if self.compute_seconds >= self.memory_seconds else "memory"
 
 
 def estimate(chip: ChipSpec, *, cycles: int, hbm_bytes: float, mode: str = "fast") -> TimeEstimate:

@@ -76,10 +76,10 @@ def chip_for_device_kind(device_kind: str) -> ChipSpec | None:
     return next((c for c in CHIPS.values() if c.device_kind == device_kind), None)
 
 
-@dataclass(frozen=True)
-class Roofline:
-    flops: float
-    bytes: float
+@dataclass(frozen=True, kw_only=True)
+class BoundTime:
+    """A time that is the larger of a compute term and a memory term (a roofline, or an estimate)."""
+
     compute_seconds: float
     memory_seconds: float
 
@@ -90,6 +90,12 @@ class Roofline:
     @property
     def bound(self) -> str:
         return "compute" if self.compute_seconds >= self.memory_seconds else "memory"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Roofline(BoundTime):
+    flops: float
+    bytes: float
 
     @property
     def intensity(self) -> float:
