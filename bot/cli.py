@@ -48,6 +48,7 @@ def _friendly(exc: Exception) -> tuple[str, str] | None:
         (SettingsError, "fix the environment variable named above"),
         (SchemaOutdated, "run `kernelbot db upgrade`"),
         (JobNotFound, "`kernelbot jobs` lists the jobs"),
+        (ValueError, "check the command's options (`kernelbot COMMAND --help`) and the settings it names"),
     ]
     for kind, hint in table:
         if isinstance(exc, kind):

@@ -110,3 +110,9 @@ def test_unreachable_database_is_one_line_not_a_traceback(tmp_path: Path) -> Non
     assert proc.returncode == 2
     assert "cannot use the database" in proc.stderr and "KERNELBOT_DATABASE_URL" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_runner_with_an_unknown_job_kind_says_so(tmp_path: Path) -> None:
+    proc = _run(["runner", "--kind", "no_such_kind", "--exit-when-idle"], tmp_path)
+    assert proc.returncode == 2
+    assert "unknown job kinds ['no_such_kind']" in proc.stderr and "Traceback" not in proc.stderr
