@@ -1,0 +1,130 @@
+"""The shared sub-agent pool: planner, implementer, self-debugger and profiler-analyst.
+
+Each is a small function over a Brain: it builds the request from typed inputs, asks, and parses the answer
+into a typed value, refusing answers that lack what the role must produce (with a message that says what
+was missing). The tester is the evaluator itself and the autotuner works through the queue; neither is here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from agents.brain import Brain, BrainRequest, Tool
+from tpu_runner.result import EvalError
+
+PLAN_SECTIONS = ("analysis", "strategy", "tiling and memory", "pipelining", "expected impact", "risks")
+_CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
+
+
+class AgentAnswerError(ValueError):
+    """A brain's answer lacks what its role must produce."""
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What every sub-agent is told about the task: stable across a session, so brains can cache it."""
+
+    task_id: str
+    reference_source: str
+    signature: str  # e.g. "computation(x: f32[8192,8192])"
+    target: str
+    hardware: str  # peak FLOP/s, HBM bandwidth, VMEM of the target
+    rules: str = ("A candidate is a Python module defining `computation` with the reference's signature, "
+                  "implemented with jax.experimental.pallas.pallas_call. Block shapes: last two dims divisible by "
+                  "(8, 128) or equal to the array dims. Accumulate bf16 in f32. No file, network, process, "
+                  "timer, callback or global-state tricks; no broad except.")
+
+    def render(self) -> str:
+        return (f"# Task {self.task_id} on {self.target}\n{self.hardware}\n\n## Rules\n{self.rules}\n\n"
+                f"## Signature\n{self.signature}\n\n## Reference (reference.py)\n```python\n"
+                f"{self.reference_source}\n```\n")
+
+
+@dataclass(frozen=True)
+class Plan:
+    sections: dict[str, str]  # every name in PLAN_SECTIONS
+
+    def render(self) -> str:
+        return "\n\n".join(f"## {name.capitalize()}\n{self.sections[name]}" for name in PLAN_SECTIONS)
+
+
+def parse_plan(text: str) -> Plan:
+    """`## Analysis` ... `## Risks` headings (any case), each with some text."""
+    found: dict[str, str] = {}
+    parts = re.split(r"^#{1,3}\s*(.+?)\s*$", text, flags=re.MULTILINE)
+    for heading, body in zip(parts[1::2], parts[2::2], strict=True):
+        name = heading.strip().lower().rstrip(":")
+        if name in PLAN_SECTIONS and body.strip():
+            found[name] = body.strip()
+    missing = [s for s in PLAN_SECTIONS if s not in found]
+    if missing:
+        raise AgentAnswerError(f"the plan lacks the sections {missing}; each of {list(PLAN_SECTIONS)} must be a "
+                               "'## Heading' followed by text")
+    return Plan(found)
+
+
+def extract_code(text: str) -> str:
+    """The last fenced Python block of an answer (the final version when a brain shows drafts first)."""
+    blocks = _CODE_BLOCK.findall(text)
+    if not blocks:
+        raise AgentAnswerError("the answer has no ```python code block with the candidate module")
+    code = blocks[-1].strip() + "\n"
+    if "def computation" not in code:
+        raise AgentAnswerError("the code block does not define `computation`")
+    return code
+
+
+def plan(brain: Brain, ctx: TaskContext, *, previous: str | None = None, redirect: str | None = None,
+         tools: Sequence[Tool] = ()) -> Plan:
+    """A plan in the fixed sections; revised from the previous candidate's evaluation and profile, or from a
+    person's redirect."""
+    prompt = ("Write a plan for a Pallas TPU kernel for this task, with exactly these sections as '## ' headings: "
+              + ", ".join(s.capitalize() for s in PLAN_SECTIONS) + ". In Analysis give shapes, FLOPs, bytes and "
+              "whether the task is compute- or memory-bound on the target.")
+    if previous:
+        prompt += f"\n\nThe previous candidate and what the evaluator said:\n{previous}\nRevise the plan to do better."
+    if redirect:
+        prompt += f"\n\nA teammate redirected the work: {redirect}\nFollow it."
+    reply = brain.ask(BrainRequest(role="planner", context=ctx.render(), prompt=prompt, tools=tools))
+    return parse_plan(reply.text)
+
+
+def implement(brain: Brain, ctx: TaskContext, approved: Plan, *, tools: Sequence[Tool] = ()) -> str:
+    prompt = ("Implement this approved plan as a complete candidate module in one ```python block.\n\n"
+              + approved.render())
+    reply = brain.ask(BrainRequest(role="implementer", context=ctx.render(), prompt=prompt, tools=tools,
+                                   max_tokens=8192))
+    return extract_code(reply.text)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    code: str
+    error: EvalError
+
+
+def self_debug(brain: Brain, ctx: TaskContext, code: str, error: EvalError, history: Sequence[Attempt] = (),
+               *, tools: Sequence[Tool] = ()) -> str:
+    """A fixed candidate, given the evaluator's structured error and the earlier failed attempts."""
+    where = f" at line {error.line}" if error.line else ""
+    earlier = "".join(f"\n- attempt {i + 1}: {a.error.stage}/{a.error.kind}: {a.error.detail[:300]}"
+                      for i, a in enumerate(history))
+    prompt = (f"The evaluator rejected this candidate in the {error.stage} stage ({error.kind}{where}):\n"
+              f"{error.detail[:3000]}\n\n```python\n{code}```\n"
+              + (f"\nEarlier attempts that failed:{earlier}\n" if earlier else "")
+              + "\nFix it. Answer with the complete corrected module in one ```python block.")
+    reply = brain.ask(BrainRequest(role="debugger", context=ctx.render(), prompt=prompt, tools=tools,
+                                   max_tokens=8192))
+    return extract_code(reply.text)
+
+
+def analyse_profile(brain: Brain, ctx: TaskContext, profile_summary: str) -> str:
+    """Where the time goes and what to try next, from the evaluation's profile summary."""
+    prompt = ("Here is the evaluator's profile of the current candidate. Say in a few sentences where the time "
+              f"goes (compute vs HBM, grid, VMEM) and the single most promising next change.\n\n{profile_summary}")
+    reply = brain.ask(BrainRequest(role="analyst", context=ctx.render(), prompt=prompt))
+    if not reply.text.strip():
+        raise AgentAnswerError("the analysis is empty")
+    return reply.text.strip()
