@@ -66,6 +66,7 @@ class Budget:
 
     max_tokens: int | None = None
     max_cost_usd: float | None = None
+    max_requests: int | None = None
     spent: Usage = field(default_factory=Usage)
 
     def charge(self, usage: Usage) -> None:
@@ -79,6 +80,8 @@ class Budget:
     def check(self) -> None:
         """Refuse to start another request once the budget is already spent."""
         self.charge(Usage())
+        if self.max_requests is not None and self.spent.requests >= self.max_requests:
+            raise BudgetExceeded(f"request budget spent: {self.spent.requests} of {self.max_requests} requests")
 
 
 class Brain(Protocol):

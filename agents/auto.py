@@ -1,0 +1,147 @@
+"""The Auto paradigm: plan -> implement -> evaluate (-> self-debug)* -> analyse -> re-plan, without people,
+until the iteration budget, a plateau, a target speedup or the brain's budget stops it.
+
+Each step is recorded before the next is decided (`auto_decide.next_action`), so a crash loses at most the
+step that was running. The best candidate is only ever one the evaluator called `ok` and faster than the
+reference; when none is, the outcome says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlmodel import Session
+
+from agents import subagents
+from agents.auto_decide import AutoConfig, StepRecord, next_action, progress
+from agents.brain import Brain, BudgetExceeded
+from storage import sessions
+from storage.models import Evaluation
+from tpu_runner.result import EvalError, EvalResult
+
+Evaluator = Callable[[Path], EvalResult]  # a candidate file -> the evaluator's verdict
+
+
+@dataclass(frozen=True)
+class AutoOutcome:
+    session_id: str
+    stop_reason: str  # iterations | plateau | target | budget: ...
+    best_candidate_id: int | None
+    best_speedup: float | None
+    best_kernel_path: str | None
+    best_result: dict[str, Any] | None
+    evaluations: int
+
+    @property
+    def improved(self) -> bool:
+        return self.best_candidate_id is not None
+
+
+@dataclass
+class AutoLoop:
+    engine: Engine
+    brain: Brain
+    ctx: subagents.TaskContext
+    evaluate: Evaluator
+    workdir: Path  # where candidate files are written
+    config: AutoConfig = AutoConfig()
+    on_step: Callable[[str, dict[str, Any]], None] | None = None
+
+    def run(self, session_id: str) -> AutoOutcome:
+        stop_reason = ""
+        while not stop_reason:
+            steps = self._steps(session_id)
+            action = next_action(steps, self.config)
+            if action.startswith("stop:"):
+                stop_reason = action.removeprefix("stop:")
+                break
+            try:
+                outputs = self._do(action, steps, session_id)
+            except BudgetExceeded as exc:
+                stop_reason = f"budget: {exc}"
+                break
+            except subagents.AgentAnswerError as exc:
+                # A malformed answer ends this iteration; the next one starts from a fresh plan.
+                action, outputs = "give_up", {"reason": str(exc)}
+            with Session(self.engine) as s, s.begin():
+                sessions.add_step(s, session_id=session_id, kind=action, outputs=outputs)
+            if self.on_step:
+                self.on_step(action, outputs)
+        return self._finish(session_id, stop_reason)
+
+    def _steps(self, session_id: str) -> list[StepRecord]:
+        with Session(self.engine) as s:
+            return [StepRecord(st.kind, dict(st.outputs or {})) for st in sessions.get_steps(s, session_id=session_id)]
+
+    def _latest(self, steps: list[StepRecord], *kinds: str) -> dict[str, Any]:
+        return next(st.outputs for st in reversed(steps) if st.kind in kinds)
+
+    def _do(self, action: str, steps: list[StepRecord], session_id: str) -> dict[str, Any]:
+        if action == "plan":
+            previous = next((st.outputs.get("summary") for st in reversed(steps) if st.kind == "analyse"), None)
+            return {"plan": subagents.plan(self.brain, self.ctx, previous=previous).render()}
+        if action == "implement":
+            plan = subagents.parse_plan(self._latest(steps, "plan")["plan"])
+            return self._store(session_id, subagents.implement(self.brain, self.ctx, plan), plan.render())
+        if action == "debug":
+            last_eval = self._latest(steps, "evaluate")
+            code_step = self._latest(steps, "implement", "debug")
+            history = [subagents.Attempt(code="", error=EvalError(**st.outputs["error"]))
+                       for st in steps if st.kind == "evaluate" and st.outputs.get("error")][:-1]
+            fixed = subagents.self_debug(self.brain, self.ctx, code_step["code"], EvalError(**last_eval["error"]),
+                                         history=history[-3:])
+            return self._store(session_id, fixed, None, parent_id=code_step["candidate_id"])
+        if action == "evaluate":
+            return self._evaluate(self._latest(steps, "implement", "debug"))
+        if action == "analyse":
+            last_eval = self._latest(steps, "evaluate")
+            summary = last_eval.get("profile_summary") or last_eval.get("message", "")
+            analysis = subagents.analyse_profile(self.brain, self.ctx, summary)
+            return {"summary": f"{last_eval.get('message', '')}\n{summary}\nanalysis: {analysis}"}
+        if action == "give_up":
+            return {"reason": f"still failing after {self.config.max_debug_attempts} self-debug attempts"}
+        raise ValueError(f"unknown action {action!r}")
+
+    def _store(self, session_id: str, code: str, plan: str | None, parent_id: int | None = None) -> dict[str, Any]:
+        digest = hashlib.sha256(code.encode()).hexdigest()[:16]
+        with Session(self.engine) as s, s.begin():
+            candidate = sessions.add_candidate(s, task=self.ctx.task_id, code=code, content_hash=digest,
+                                               session_id=session_id, parent_id=parent_id, plan=plan)
+            candidate_id = candidate.id
+        return {"candidate_id": candidate_id, "code": code}
+
+    def _evaluate(self, code_step: dict[str, Any]) -> dict[str, Any]:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        path = self.workdir / f"candidate_{code_step['candidate_id']}.py"
+        path.write_text(code_step["code"])
+        result = self.evaluate(path)
+        perf = result.performance
+        with Session(self.engine) as s, s.begin():
+            s.add(Evaluation(candidate_id=code_step["candidate_id"], task=result.task, target=result.target,
+                             verdict=result.verdict, stage=result.stage, speedup=perf.speedup if perf else None,
+                             method=perf.method if perf else None, result=result.to_json(),
+                             artifacts_dir=str(Path(result.artifacts["result"]).parent) if result.artifacts else None))
+        return {"candidate_id": code_step["candidate_id"], "verdict": result.verdict, "message": result.message,
+                "speedup": perf.speedup if perf else None, "method": perf.method if perf else None,
+                "error": result.error.to_json() if result.error else None, "kernel_path": str(path),
+                "profile_summary": (result.profile or {}).get("summary")}
+
+    def _finish(self, session_id: str, stop_reason: str) -> AutoOutcome:
+        steps = self._steps(session_id)
+        p = progress(steps)
+        best = next((st.outputs for st in steps if st.kind == "evaluate"
+                     and st.outputs.get("candidate_id") == p.best_candidate_id), None) if p.best_candidate_id else None
+        evaluations = sum(st.kind == "evaluate" for st in steps)
+        with Session(self.engine) as s, s.begin():
+            sessions.set_session_status(s, session_id=session_id, status="done", best_candidate_id=p.best_candidate_id)
+            sessions.add_event(s, session_id=session_id, kind="auto_finished", payload={
+                "stop_reason": stop_reason, "best_candidate_id": p.best_candidate_id, "best_speedup": p.best_speedup,
+                "evaluations": evaluations})
+        return AutoOutcome(session_id=session_id, stop_reason=stop_reason, best_candidate_id=p.best_candidate_id,
+                           best_speedup=p.best_speedup, best_kernel_path=best.get("kernel_path") if best else None,
+                           best_result=best, evaluations=evaluations)

@@ -1,0 +1,88 @@
+"""What the Auto loop does next, decided from the steps it has recorded: a pure function, so a session that
+crashed between steps resumes exactly where it was."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class AutoConfig:
+    max_iterations: int = 5  # plan -> implement -> evaluate (-> debug)* -> analyse, this many times at most
+    plateau: int = 2  # stop after this many iterations in a row without a better kernel
+    target_speedup: float | None = None  # stop once the best kernel is at least this much faster
+    max_debug_attempts: int = 3  # self-debug rounds per iteration before giving up on it
+
+    def __post_init__(self) -> None:
+        if self.max_iterations < 1 or self.plateau < 1 or self.max_debug_attempts < 0:
+            raise ValueError(f"{self} has a limit below its minimum (iterations and plateau >= 1, debug >= 0)")
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """A finished step as the decision needs it: its kind and outputs."""
+
+    kind: str  # plan | implement | evaluate | debug | analyse
+    outputs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Progress:
+    iterations: int  # iterations started (plans made)
+    best_speedup: float | None  # of ok candidates faster than the reference
+    best_candidate_id: int | None
+    since_improvement: int  # finished iterations since the best improved
+    debug_attempts: int  # in the current iteration
+
+
+def progress(steps: Sequence[StepRecord]) -> Progress:
+    iterations = since = debug = 0
+    best: float | None = None
+    best_id: int | None = None
+    improved_this_iteration = False
+    for step in steps:
+        if step.kind == "plan":
+            if iterations:
+                since = 0 if improved_this_iteration else since + 1
+            iterations += 1
+            debug = 0
+            improved_this_iteration = False
+        elif step.kind == "debug":
+            debug += 1
+        elif step.kind == "evaluate" and step.outputs.get("verdict") == "ok":
+            speedup = step.outputs.get("speedup")
+            # Never an improvement unless it beats the reference (speedup > 1) and the best so far.
+            if speedup is not None and speedup > 1.0 and (best is None or speedup > best):
+                best, best_id, improved_this_iteration = speedup, step.outputs.get("candidate_id"), True
+    if iterations and _iteration_over(steps):
+        since = 0 if improved_this_iteration else since + 1
+    return Progress(iterations, best, best_id, since, debug)
+
+
+def _iteration_over(steps: Sequence[StepRecord]) -> bool:
+    return bool(steps) and steps[-1].kind in ("analyse", "give_up")
+
+
+def next_action(steps: Sequence[StepRecord], config: AutoConfig) -> str:
+    """One of: plan, implement, evaluate, debug, analyse, give_up, or stop:<reason>."""
+    p = progress(steps)
+    last = steps[-1] if steps else None
+    if last is None or last.kind in ("analyse", "give_up"):
+        if p.best_speedup is not None and config.target_speedup and p.best_speedup >= config.target_speedup:
+            return "stop:target"
+        if p.iterations >= config.max_iterations:
+            return "stop:iterations"
+        if p.iterations and p.since_improvement >= config.plateau:
+            return "stop:plateau"
+        return "plan"
+    if last.kind == "plan":
+        return "implement"
+    if last.kind in ("implement", "debug"):
+        return "evaluate"
+    if last.kind == "evaluate":
+        if last.outputs.get("verdict") in ("ok", "unverified"):
+            return "analyse"
+        return "debug" if p.debug_attempts < config.max_debug_attempts else "give_up"
+    raise ValueError(f"unknown step kind {last.kind!r}")

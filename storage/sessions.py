@@ -1,0 +1,65 @@
+"""Sessions, their steps, candidates and events. Functions take the caller's session and never commit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlmodel import Session, col, func, select
+
+from storage.models import Candidate, KernelSession, SessionEvent, Step, now
+
+
+def create_session(session: Session, *, mode: str, task: str, target: str, owner: str | None = None,
+                   budget: dict[str, Any] | None = None) -> KernelSession:
+    record = KernelSession(mode=mode, task=task, target=target, owner=owner, budget=budget)
+    session.add(record)
+    session.flush()
+    return record
+
+
+def get_session(session: Session, *, session_id: str) -> KernelSession:
+    record = session.get(KernelSession, session_id)
+    if record is None:
+        raise LookupError(f"no session {session_id}")
+    return record
+
+
+def get_steps(session: Session, *, session_id: str, status: str | None = "done") -> list[Step]:
+    query = select(Step).where(Step.session_id == session_id).order_by(col(Step.index))
+    if status:
+        query = query.where(Step.status == status)
+    return list(session.exec(query).all())
+
+
+def add_step(session: Session, *, session_id: str, kind: str, inputs: dict[str, Any] | None = None,
+             outputs: dict[str, Any] | None = None, status: str = "done") -> Step:
+    last = session.exec(select(func.max(Step.index)).where(Step.session_id == session_id)).one()
+    step = Step(session_id=session_id, index=(last or 0) + 1, kind=kind, status=status, inputs=inputs or {},
+                outputs=outputs or {})
+    session.add(step)
+    session.flush()
+    return step
+
+
+def add_candidate(session: Session, *, task: str, code: str, content_hash: str, session_id: str | None = None,
+                  parent_id: int | None = None, plan: str | None = None, strategy: str | None = None) -> Candidate:
+    candidate = Candidate(task=task, code=code, content_hash=content_hash, session_id=session_id,
+                          parent_id=parent_id, plan=plan, strategy=strategy)
+    session.add(candidate)
+    session.flush()
+    return candidate
+
+
+def add_event(session: Session, *, session_id: str, kind: str, payload: dict[str, Any]) -> SessionEvent:
+    event = SessionEvent(session_id=session_id, kind=kind, payload=payload)
+    session.add(event)
+    session.flush()
+    return event
+
+
+def set_session_status(session: Session, *, session_id: str, status: str, best_candidate_id: int | None = None) -> None:
+    record = get_session(session, session_id=session_id)
+    record.status, record.updated_at = status, now()
+    if best_candidate_id is not None:
+        record.best_candidate_id = best_candidate_id
+    session.add(record)

@@ -1,0 +1,154 @@
+"""The Auto paradigm: its decisions, an end-to-end session with the real SDK against the fake Messages API and
+the real evaluator, and a crash between steps that resumes where it was."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anthropic
+import pytest
+from sqlmodel import Session, select
+
+from agents.anthropic_brain import AnthropicBrain
+from agents.auto import AutoLoop
+from agents.auto_decide import AutoConfig, StepRecord, next_action, progress
+from agents.brain import BrainReply, BrainRequest, Budget, ScriptedBrain
+from agents.subagents import PLAN_SECTIONS, TaskContext
+from storage import sessions
+from storage.engine import make_engine
+from storage.migrate import upgrade
+from storage.models import Candidate, Evaluation, SessionEvent, Step
+from storage.settings import Settings
+from tests.conftest import CORPUS, TASKS
+from tests.fakes.anthropic_api import API_KEY, fake_anthropic
+from tpu_runner.evaluate import EvalRequest, evaluate
+
+PLAN = "\n".join(f"## {s.title()}\n{s}: details" for s in PLAN_SECTIONS)
+BROKEN = (CORPUS / "bad/misaligned_block.py").read_text()
+GOOD = (TASKS / "softmax/solutions/pallas.py").read_text()
+CTX = TaskContext(task_id="softmax", reference_source=(TASKS / "softmax/reference.py").read_text(),
+                  signature="computation(x: f32[8192,8192])", target="v6e", hardware="v6e")
+
+
+def code(source: str) -> str:
+    return f"```python\n{source}```"
+
+
+def S(kind: str, **outputs: object) -> StepRecord:  # noqa: N802
+    return StepRecord(kind, dict(outputs))
+
+
+# --- decisions ----------------------------------------------------------------------------------------------------
+
+
+def test_an_iteration_runs_plan_implement_evaluate_analyse() -> None:
+    config = AutoConfig(max_iterations=2)
+    assert next_action([], config) == "plan"
+    assert next_action([S("plan")], config) == "implement"
+    assert next_action([S("plan"), S("implement")], config) == "evaluate"
+    ok = [S("plan"), S("implement"), S("evaluate", verdict="ok", speedup=1.5, candidate_id=1)]
+    assert next_action(ok, config) == "analyse"
+    assert next_action([*ok, S("analyse")], config) == "plan"
+    assert next_action([*ok, S("analyse"), *ok, S("analyse")], config) == "stop:iterations"
+
+
+def test_failures_are_debugged_then_given_up() -> None:
+    config = AutoConfig(max_debug_attempts=1)
+    failed = [S("plan"), S("implement"), S("evaluate", verdict="compile_error")]
+    assert next_action(failed, config) == "debug"
+    twice = [*failed, S("debug"), S("evaluate", verdict="compile_error")]
+    assert next_action(twice, config) == "give_up"
+    assert next_action([*twice, S("give_up")], config) == "plan"
+
+
+def test_a_kernel_slower_than_the_reference_is_never_the_best() -> None:
+    slow = [S("plan"), S("implement"), S("evaluate", verdict="ok", speedup=0.8, candidate_id=7), S("analyse")]
+    assert progress(slow).best_candidate_id is None
+    faster = [*slow, S("plan"), S("implement"), S("evaluate", verdict="ok", speedup=1.2, candidate_id=8)]
+    assert progress(faster).best_candidate_id == 8
+
+
+def test_plateau_and_target_stop_the_loop() -> None:
+    it = [S("plan"), S("implement"), S("evaluate", verdict="ok", speedup=2.0, candidate_id=1), S("analyse")]
+    flat = [S("plan"), S("implement"), S("evaluate", verdict="ok", speedup=1.5, candidate_id=2), S("analyse")]
+    assert next_action([*it, *flat, *flat], AutoConfig(max_iterations=9, plateau=2)) == "stop:plateau"
+    assert next_action(it, AutoConfig(target_speedup=1.9)) == "stop:target"
+    with pytest.raises(ValueError):
+        AutoConfig(max_iterations=0)
+
+
+# --- sessions -----------------------------------------------------------------------------------------------------
+
+
+def _engine(tmp_path: Path):  # type: ignore[no-untyped-def]
+    engine = make_engine(f"sqlite:///{tmp_path / 'kernelbot.db'}")
+    upgrade(engine)
+    return engine
+
+
+def _new_session(engine) -> str:  # type: ignore[no-untyped-def]
+    with Session(engine) as s, s.begin():
+        return sessions.create_session(s, mode="auto", task="softmax", target="v6e").id
+
+
+def _evaluator(settings: Settings):  # type: ignore[no-untyped-def]
+    return lambda path: evaluate(EvalRequest(TASKS / "softmax", path, "v6e"), settings)
+
+
+@pytest.mark.slow
+def test_scripted_anthropic_session_fixes_a_compile_failure_and_stops_on_budget(tmp_path: Path,
+                                                                                 settings: Settings) -> None:
+    script = [{"text": PLAN}, {"text": code(BROKEN)}, {"text": code(GOOD)}, {"text": "HBM-bound at the roofline."},
+              {"text": PLAN}]
+    engine = _engine(tmp_path)
+    session_id = _new_session(engine)
+    with fake_anthropic(script) as fake:
+        client = anthropic.Anthropic(api_key=API_KEY, base_url=fake.base_url, max_retries=0)
+        brain = AnthropicBrain(client=client, model="claude-opus-5-5", budget=Budget(max_requests=5))
+        loop = AutoLoop(engine=engine, brain=brain, ctx=CTX, evaluate=_evaluator(settings), workdir=tmp_path / "k",
+                        config=AutoConfig(max_iterations=5))
+        outcome = loop.run(session_id)
+    assert outcome.stop_reason.startswith("budget: request budget spent")
+    assert outcome.evaluations == 2 and outcome.best_speedup is not None and outcome.best_speedup > 1.0
+    assert outcome.best_result is not None and outcome.best_result["verdict"] == "ok"
+    assert Path(outcome.best_kernel_path or "").read_text() == GOOD
+    with Session(engine) as s:
+        kinds = [st.kind for st in sessions.get_steps(s, session_id=session_id)]
+        assert kinds == ["plan", "implement", "evaluate", "debug", "evaluate", "analyse", "plan"]
+        verdicts = [e.verdict for e in s.exec(select(Evaluation).order_by(Evaluation.id)).all()]
+        assert verdicts == ["lowering_error", "ok"]
+        fixed = s.get(Candidate, outcome.best_candidate_id)
+        assert fixed is not None and fixed.parent_id is not None  # the debugger's fix descends from the original
+        (event,) = s.exec(select(SessionEvent).where(SessionEvent.kind == "auto_finished")).all()
+        assert event.payload["best_candidate_id"] == outcome.best_candidate_id
+        assert sessions.get_session(s, session_id=session_id).status == "done"
+    debug_prompt = fake.requests[2]["body"]["messages"][0]["content"]
+    assert "lower stage (block_shape" in debug_prompt  # the structured error reached the self-debugger
+
+
+class CrashingBrain(ScriptedBrain):
+    def ask(self, request: BrainRequest) -> BrainReply:
+        if request.role == "analyst":
+            raise KeyboardInterrupt("the process died")  # not an error the loop handles: like a crash
+        return super().ask(request)
+
+
+@pytest.mark.slow
+def test_a_crash_between_steps_resumes_where_it_was(tmp_path: Path, settings: Settings) -> None:
+    engine = _engine(tmp_path)
+    session_id = _new_session(engine)
+    first = CrashingBrain([PLAN, code(GOOD)])
+    loop = AutoLoop(engine=engine, brain=first, ctx=CTX, evaluate=_evaluator(settings), workdir=tmp_path / "k",
+                    config=AutoConfig(max_iterations=1))
+    with pytest.raises(KeyboardInterrupt):
+        loop.run(session_id)
+    with Session(engine) as s:
+        assert [st.kind for st in sessions.get_steps(s, session_id=session_id)] == ["plan", "implement", "evaluate"]
+    second = ScriptedBrain(["the kernel is at the HBM roofline"])
+    resumed = AutoLoop(engine=engine, brain=second, ctx=CTX, evaluate=_evaluator(settings), workdir=tmp_path / "k",
+                       config=AutoConfig(max_iterations=1))
+    outcome = resumed.run(session_id)
+    assert [r.role for r in second.asked] == ["analyst"]  # nothing already done was asked again
+    assert outcome.stop_reason == "iterations" and outcome.evaluations == 1 and outcome.improved
+    with Session(engine) as s:
+        assert len(s.exec(select(Step).where(Step.session_id == session_id)).all()) == 4
