@@ -34,6 +34,7 @@ def _friendly(exc: Exception) -> tuple[str, str] | None:
     """One line and the next step, for each kind of bad input or unreachable service; None if unknown."""
     from sqlalchemy.exc import OperationalError
 
+    from agents.brains import BrainUnavailable
     from storage.migrate import SchemaOutdated
     from storage.queue import JobNotFound
     from tpu_runner.evaluate import KernelFileError
@@ -48,6 +49,7 @@ def _friendly(exc: Exception) -> tuple[str, str] | None:
         (SettingsError, "fix the environment variable named above"),
         (SchemaOutdated, "run `kernelbot db upgrade`"),
         (JobNotFound, "`kernelbot jobs` lists the jobs"),
+        (BrainUnavailable, "see `kernelbot optimize --help`"),
         (ValueError, "check the command's options (`kernelbot COMMAND --help`) and the settings it names"),
     ]
     for kind, hint in table:
@@ -94,9 +96,10 @@ def get_settings() -> Settings:
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from bot import cli_eval, cli_queue
+    from bot import cli_agents, cli_eval, cli_queue
 
     cli_eval.register(app)
+    cli_agents.register(app)
     cli_queue.register(app)
     app()
 

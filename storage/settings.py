@@ -56,6 +56,8 @@ class Settings:
     limits: EvalLimits = field(default_factory=EvalLimits)
     database_url: str | None = None  # KERNELBOT_DATABASE_URL; None means SQLite in the data directory
     job_modules: tuple[str, ...] = ()  # KERNELBOT_JOB_MODULES: extra job kinds, imported by runners
+    anthropic_api_key: str | None = field(default=None, repr=False)  # ANTHROPIC_API_KEY
+    model: str | None = None  # KERNELBOT_MODEL; default: the newest active model the API lists
 
     @property
     def database(self) -> str:
@@ -97,5 +99,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         static_profile=_choice(env, "KERNELBOT_STATIC_PROFILE", "fast", ("fast", "exact")),
         limits=limits,
         database_url=env.get("KERNELBOT_DATABASE_URL") or None,
+        anthropic_api_key=env.get("ANTHROPIC_API_KEY") or None,
+        model=env.get("KERNELBOT_MODEL") or None,
         job_modules=tuple(m.strip() for m in env.get("KERNELBOT_JOB_MODULES", "").split(",") if m.strip()),
     )

@@ -116,3 +116,31 @@ def test_runner_with_an_unknown_job_kind_says_so(tmp_path: Path) -> None:
     proc = _run(["runner", "--kind", "no_such_kind", "--exit-when-idle"], tmp_path)
     assert proc.returncode == 2
     assert "unknown job kinds ['no_such_kind']" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_optimize_with_the_anthropic_brain_against_the_fake_api(tmp_path: Path) -> None:
+    from agents.subagents import PLAN_SECTIONS
+    from tests.fakes.anthropic_api import API_KEY, fake_anthropic
+
+    plan = "\n".join(f"## {s.title()}\n{s}: details" for s in PLAN_SECTIONS)
+    good = (TASKS / "softmax/solutions/pallas.py").read_text()
+    with fake_anthropic([{"text": plan}, {"text": f"```python\n{good}```"}, {"text": "at the HBM roofline"}]) as fake:
+        env = {**os.environ, "KERNELBOT_HOME": str(tmp_path), "ANTHROPIC_API_KEY": API_KEY,
+               "ANTHROPIC_BASE_URL": fake.base_url}
+        proc = subprocess.run([*KERNELBOT, "optimize", "--task", str(TASKS / "softmax"), "--budget", "1", "--json"],
+                              capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert {"task", "verdict", "speedup", "method", "kernel_path", "evaluations"} <= set(result)
+    assert result["verdict"] == "ok" and result["method"] == "estimated" and result["speedup"] > 1.0
+    assert result["evaluations"] == 1 and result["stop_reason"] == "iterations" and result["improved"] is True
+    assert Path(result["kernel_path"]).read_text() == good
+    assert fake.requests[0]["body"]["model"] == "claude-opus-5-5"  # newest active opus the API lists
+
+
+def test_optimize_without_a_usable_brain_says_what_is_needed(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"} | {"KERNELBOT_HOME": str(tmp_path)}
+    proc = subprocess.run([*KERNELBOT, "optimize", "--task", str(TASKS / "softmax"), "--brain", "anthropic"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2 and "needs ANTHROPIC_API_KEY" in proc.stderr
