@@ -51,13 +51,24 @@ class AutoLoop:
     workdir: Path  # where candidate files are written
     config: AutoConfig = AutoConfig()
     on_step: Callable[[str, dict[str, Any]], None] | None = None
+    mode: str = "auto"  # the session mode this loop serves; it stops when the session is handed to another
+
+    def _mode(self, session_id: str) -> str:
+        with Session(self.engine) as s:
+            return sessions.get_session(s, session_id=session_id).mode
+
+    def decide(self, steps: list[StepRecord]) -> str:
+        return next_action(steps, self.config)
 
     def run(self, session_id: str) -> AutoOutcome:
         stop_reason = ""
         while not stop_reason:
             steps = self._steps(session_id)
-            action = next_action(steps, self.config)
-            if action.startswith("stop:"):
+            if self.mode != self._mode(session_id):
+                stop_reason = f"handed to {self._mode(session_id)}"
+                break
+            action = self.decide(steps)
+            if action.startswith(("stop:", "await_")):
                 stop_reason = action.removeprefix("stop:")
                 break
             try:
@@ -84,7 +95,11 @@ class AutoLoop:
     def _do(self, action: str, steps: list[StepRecord], session_id: str) -> dict[str, Any]:
         if action == "plan":
             previous = next((st.outputs.get("summary") for st in reversed(steps) if st.kind == "analyse"), None)
-            return {"plan": subagents.plan(self.brain, self.ctx, previous=previous).render()}
+            last = steps[-1] if steps else None
+            redirect = last.outputs.get("text") if last and last.kind == "decision" and \
+                last.outputs.get("action") == "redirect" else None
+            return {"plan": subagents.plan(self.brain, self.ctx, previous=previous, redirect=redirect).render(),
+                    "redirect": redirect}
         if action == "implement":
             plan = subagents.parse_plan(self._latest(steps, "plan")["plan"])
             return self._store(session_id, subagents.implement(self.brain, self.ctx, plan), plan.render())
@@ -137,9 +152,12 @@ class AutoLoop:
         best = next((st.outputs for st in steps if st.kind == "evaluate"
                      and st.outputs.get("candidate_id") == p.best_candidate_id), None) if p.best_candidate_id else None
         evaluations = sum(st.kind == "evaluate" for st in steps)
+        waiting = stop_reason.startswith("await_") or stop_reason.startswith("handed to")
         with Session(self.engine) as s, s.begin():
-            sessions.set_session_status(s, session_id=session_id, status="done", best_candidate_id=p.best_candidate_id)
-            sessions.add_event(s, session_id=session_id, kind="auto_finished", payload={
+            sessions.set_session_status(s, session_id=session_id, status="awaiting" if waiting else "done",
+                                        best_candidate_id=p.best_candidate_id)
+            sessions.add_event(s, session_id=session_id, kind=f"{self.mode}_{'paused' if waiting else 'finished'}",
+                               payload={
                 "stop_reason": stop_reason, "best_candidate_id": p.best_candidate_id, "best_speedup": p.best_speedup,
                 "evaluations": evaluations})
         return AutoOutcome(session_id=session_id, stop_reason=stop_reason, best_candidate_id=p.best_candidate_id,

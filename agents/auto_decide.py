@@ -42,7 +42,15 @@ def progress(steps: Sequence[StepRecord]) -> Progress:
     best: float | None = None
     best_id: int | None = None
     improved_this_iteration = False
+    redirected = False
     for step in steps:
+        if step.kind == "decision":
+            redirected = step.outputs.get("action") == "redirect"
+            continue
+        if step.kind == "plan" and redirected:  # a re-plan on a person's redirect: the same iteration
+            redirected = False
+            continue
+        redirected = False
         if step.kind == "plan":
             if iterations:
                 since = 0 if improved_this_iteration else since + 1
@@ -62,13 +70,20 @@ def progress(steps: Sequence[StepRecord]) -> Progress:
 
 
 def _iteration_over(steps: Sequence[StepRecord]) -> bool:
-    return bool(steps) and steps[-1].kind in ("analyse", "give_up")
+    work = work_steps(steps)
+    return bool(work) and work[-1].kind in ("analyse", "give_up")
+
+
+def work_steps(steps: Sequence[StepRecord]) -> list[StepRecord]:
+    """The steps the agents did, without people's decisions."""
+    return [s for s in steps if s.kind != "decision"]
 
 
 def next_action(steps: Sequence[StepRecord], config: AutoConfig) -> str:
     """One of: plan, implement, evaluate, debug, analyse, give_up, or stop:<reason>."""
     p = progress(steps)
-    last = steps[-1] if steps else None
+    work = work_steps(steps)  # a person's decisions (a hand-off, say) do not change what Auto does next
+    last = work[-1] if work else None
     if last is None or last.kind in ("analyse", "give_up"):
         if p.best_speedup is not None and config.target_speedup and p.best_speedup >= config.target_speedup:
             return "stop:target"

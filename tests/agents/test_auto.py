@@ -152,3 +152,9 @@ def test_a_crash_between_steps_resumes_where_it_was(tmp_path: Path, settings: Se
     assert outcome.stop_reason == "iterations" and outcome.evaluations == 1 and outcome.improved
     with Session(engine) as s:
         assert len(s.exec(select(Step).where(Step.session_id == session_id)).all()) == 4
+
+
+def test_a_redirected_plan_is_not_a_new_iteration() -> None:
+    steps = [S("plan"), S("decision", action="redirect", text="x"), S("plan")]
+    assert progress(steps).iterations == 1
+    assert progress([*steps, S("decision", action="approve"), S("implement")]).iterations == 1
