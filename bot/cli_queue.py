@@ -66,6 +66,7 @@ def runner_command(
         import logging
         import socket
 
+        import agents.jobs  # noqa: F401  (registers the agent job kinds: auto_session, hitl_advance)
         from storage.database import open_database
         from tpu_runner.daemon import RunnerConfig, RunnerDaemon, describe_hardware, install_signal_handlers
         from tpu_runner.evaluate import detect_host

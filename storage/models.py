@@ -119,6 +119,7 @@ class KernelSession(SQLModel, table=True):
     mode: str  # hitl | auto | search
     status: str = "active"  # active | awaiting | done | failed | cancelled
     task: str
+    task_dir: str | None = None  # where runners find the task (reference.py + kernel_task.yaml)
     target: str = "v6e"
     owner: str | None = None
     slack_channel: str | None = None

@@ -10,8 +10,8 @@ from storage.models import Candidate, KernelSession, SessionEvent, Step, now
 
 
 def create_session(session: Session, *, mode: str, task: str, target: str, owner: str | None = None,
-                   budget: dict[str, Any] | None = None) -> KernelSession:
-    record = KernelSession(mode=mode, task=task, target=target, owner=owner, budget=budget)
+                   budget: dict[str, Any] | None = None, task_dir: str | None = None) -> KernelSession:
+    record = KernelSession(mode=mode, task=task, target=target, owner=owner, budget=budget, task_dir=task_dir)
     session.add(record)
     session.flush()
     return record

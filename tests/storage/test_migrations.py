@@ -35,8 +35,8 @@ def _tables(engine: Engine) -> set[str]:
     return set(inspect(engine).get_table_names()) - {"alembic_version"}
 
 
-def test_the_revisions_form_one_line_ending_at_0002() -> None:
-    assert head_revision() == "0002"
+def test_the_revisions_form_one_line_ending_at_the_head() -> None:
+    assert head_revision() == "0003"
 
 
 def test_upgrading_an_empty_database_creates_every_table(bare_engine: Engine) -> None:

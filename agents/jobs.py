@@ -1,0 +1,65 @@
+"""Agent job kinds for the runners: advance an Auto or a HITL session as far as it can go without people.
+
+Imported by `kernelbot runner` (which lives above agents in the layering), registering the kinds with the
+runner's one registry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlmodel import Session
+
+from agents.auto import AutoLoop
+from agents.auto_decide import AutoConfig
+from agents.brain import Budget
+from agents.brains import BrainUnavailable, make_brain
+from agents.context import task_context
+from agents.hitl import HitlMachine
+from storage import sessions
+from storage.database import open_database
+from tpu_runner.evaluate import EvalRequest, evaluate
+from tpu_runner.hardware import get_chip
+from tpu_runner.jobs import JobContext, JobOutcome, JobRejected, job_kind
+from tpu_runner.tasks import TaskError, load_task
+
+_engines: dict[str, Engine] = {}
+
+
+def _engine(ctx: JobContext) -> Engine:
+    url = ctx.settings.database
+    if url not in _engines:
+        _engines[url] = open_database(ctx.settings)
+    return _engines[url]
+
+
+def _advance(ctx: JobContext, payload: dict[str, Any], machine: type[AutoLoop]) -> JobOutcome:
+    engine = _engine(ctx)
+    session_id = str(payload["session_id"])
+    with Session(engine) as s:
+        record = sessions.get_session(s, session_id=session_id)
+        task_dir, target, budget = record.task_dir, record.target, dict(record.budget or {})
+    try:
+        task = load_task(task_dir or "")
+        brain = make_brain(budget.get("brain") or "anthropic", ctx.settings,
+                           Budget(max_cost_usd=budget.get("max_cost_usd"), max_tokens=budget.get("max_tokens")))
+    except (TaskError, BrainUnavailable) as exc:
+        raise JobRejected(str(exc)) from exc
+    chip = get_chip(target)
+    loop = machine(engine=engine, brain=brain, ctx=task_context(task, chip), workdir=ctx.settings.artifacts_dir /
+                   "sessions" / session_id, config=AutoConfig(max_iterations=int(budget.get("iterations", 5))),
+                   evaluate=lambda path: evaluate(EvalRequest(task.path, path, chip.name), ctx.settings,
+                                                  spares=ctx.spares))
+    outcome = loop.run(session_id)
+    return JobOutcome(result={"session_id": session_id, "stop_reason": outcome.stop_reason,
+                              "best_speedup": outcome.best_speedup, "evaluations": outcome.evaluations})
+
+
+@job_kind("auto_session")
+def auto_session_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
+    return _advance(ctx, payload, AutoLoop)
+
+
+@job_kind("hitl_advance")
+def hitl_advance_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
+    return _advance(ctx, payload, HitlMachine)
