@@ -93,3 +93,88 @@ def optimize_command(
         return 0
 
     run_command(run)
+
+
+APPROVAL_CHOICES = {"a": "approve", "r": "redirect", "h": "handoff", "c": "cancel"}
+DECISION_CHOICES = {"i": "iterate", "r": "redirect", "h": "handoff", "f": "finish", "c": "cancel"}
+
+
+@_app.command("chat")
+def chat_command(
+    task: Annotated[Path, typer.Option("--task", help="Task directory.")],
+    brain: Annotated[str | None, typer.Option("--brain", help="anthropic | offline")] = None,
+    budget: Annotated[int, typer.Option("--budget", help="Iterations at most.")] = 5,
+    target: Target = None,
+) -> None:
+    """A HITL session in the terminal: approve or redirect each plan, then iterate, redirect, hand off to Auto
+    or finish after each result."""
+
+    def run() -> int:
+        from rich.markdown import Markdown
+
+        from agents.auto import AutoLoop
+        from agents.auto_decide import AutoConfig
+        from agents.brain import Budget
+        from agents.brains import default_brain, make_brain
+        from agents.context import task_context
+        from agents.hitl import DecisionRejected, HitlMachine, record_decision
+        from storage import sessions
+        from storage.database import open_database
+        from tpu_runner.evaluate import EvalRequest, evaluate
+        from tpu_runner.hardware import get_chip
+        from tpu_runner.tasks import load_task
+
+        settings = get_settings()
+        task_obj = load_task(task)
+        chip = get_chip(target or settings.default_target)
+        brain_obj = make_brain(brain or default_brain(settings), settings, Budget())
+        engine = open_database(settings)
+        with Session(engine) as s, s.begin():
+            session_id = sessions.create_session(s, mode="hitl", task=task_obj.task_id, target=chip.name,
+                                                 task_dir=str(task_obj.path), owner="terminal").id
+
+        def show(kind: str, outputs: dict[str, Any]) -> None:
+            if kind == "plan":
+                console.print(Markdown(outputs["plan"]))
+            elif kind == "evaluate":
+                console.print(f"[bold]evaluation:[/bold] {outputs.get('message', '')}", soft_wrap=True)
+            elif kind == "analyse":
+                last = outputs.get("summary", "").splitlines()[-1].removeprefix("analysis: ")
+                console.print(f"[bold]analysis:[/bold] {last}", soft_wrap=True)
+            else:
+                err_console.print(f"{kind} done", soft_wrap=True)
+
+        common = {"engine": engine, "brain": brain_obj, "ctx": task_context(task_obj, chip),
+                  "workdir": settings.artifacts_dir / "sessions" / session_id,
+                  "config": AutoConfig(max_iterations=budget), "on_step": show,
+                  "evaluate": lambda path: evaluate(EvalRequest(task_obj.path, path, chip.name), settings)}
+        hitl = HitlMachine(**common)
+        console.print(f"session {session_id}: {task_obj.task_id} on {chip.name}")
+        while True:
+            outcome = hitl.run(session_id)
+            if outcome.stop_reason in ("finish", "cancel"):
+                break
+            choices = APPROVAL_CHOICES if outcome.stop_reason == "await_approval" else DECISION_CHOICES
+            question = " / ".join(f"[{k}]{v[1:] if v.startswith(k) else ' ' + v}" for k, v in choices.items())
+            answer = typer.prompt(question).strip().lower()[:1]
+            if answer not in choices:
+                err_console.print(f"please answer one of {', '.join(choices)}")
+                continue
+            action = choices[answer]
+            text = typer.prompt("what should be done instead") if action == "redirect" else None
+            try:
+                record_decision(engine, session_id=session_id, actor="terminal", action=action, text=text)
+            except DecisionRejected as exc:
+                err_console.print(str(exc))
+                continue
+            if action == "handoff":
+                outcome = AutoLoop(**common).run(session_id)
+                break
+        if outcome.improved:
+            console.print(f"best kernel: x{outcome.best_speedup:.2f} in {outcome.best_kernel_path} "
+                          f"({outcome.evaluations} evaluations)", soft_wrap=True)
+        else:
+            console.print(f"no candidate beat the reference ({outcome.evaluations} evaluations)")
+        return 0
+
+    run_command(run)

@@ -144,3 +144,25 @@ def test_optimize_without_a_usable_brain_says_what_is_needed(tmp_path: Path) -> 
     proc = subprocess.run([*KERNELBOT, "optimize", "--task", str(TASKS / "softmax"), "--brain", "anthropic"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2 and "needs ANTHROPIC_API_KEY" in proc.stderr
+
+
+@pytest.mark.slow
+def test_chat_runs_a_hitl_session_from_the_terminal(tmp_path: Path) -> None:
+    from agents.subagents import PLAN_SECTIONS
+    from tests.fakes.anthropic_api import API_KEY, fake_anthropic
+
+    plan = "\n".join(f"## {s.title()}\n{s}: use 512-row blocks" for s in PLAN_SECTIONS)
+    good = (TASKS / "softmax/solutions/pallas.py").read_text()
+    script = [{"text": plan}, {"text": plan}, {"text": f"```python\n{good}```"}, {"text": "HBM-bound"}]
+    answers = "z\nr\nuse 256-row blocks\na\nf\n"  # a typo, a redirect, approval, then finish after the result
+    with fake_anthropic(script) as fake:
+        env = {**os.environ, "KERNELBOT_HOME": str(tmp_path), "ANTHROPIC_API_KEY": API_KEY,
+               "ANTHROPIC_BASE_URL": fake.base_url}
+        proc = subprocess.run([*KERNELBOT, "chat", "--task", str(TASKS / "softmax")], input=answers,
+                              capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "please answer one of" in proc.stderr
+    assert "Tiling and memory" in proc.stdout and "evaluation: ok" in proc.stdout
+    assert "best kernel: x2.00" in proc.stdout
+    assert "use 256-row blocks" in fake.requests[1]["body"]["messages"][0]["content"]
+    assert len(fake.requests) == 4
