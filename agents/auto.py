@@ -21,7 +21,7 @@ from agents import subagents
 from agents.auto_decide import AutoConfig, StepRecord, next_action, progress
 from agents.brain import Brain, BudgetExceeded
 from storage import sessions
-from storage.models import Evaluation
+from tpu_runner.jobs import evaluation_record
 from tpu_runner.result import EvalError, EvalResult
 
 Evaluator = Callable[[Path], EvalResult]  # a candidate file -> the evaluator's verdict
@@ -137,10 +137,7 @@ class AutoLoop:
         result = self.evaluate(path)
         perf = result.performance
         with Session(self.engine) as s, s.begin():
-            s.add(Evaluation(candidate_id=code_step["candidate_id"], task=result.task, target=result.target,
-                             verdict=result.verdict, stage=result.stage, speedup=perf.speedup if perf else None,
-                             method=perf.method if perf else None, result=result.to_json(),
-                             artifacts_dir=str(Path(result.artifacts["result"]).parent) if result.artifacts else None))
+            s.add(evaluation_record(result, candidate_id=code_step["candidate_id"]))
         return {"candidate_id": code_step["candidate_id"], "verdict": result.verdict, "message": result.message,
                 "speedup": perf.speedup if perf else None, "method": perf.method if perf else None,
                 "error": result.error.to_json() if result.error else None, "kernel_path": str(path),

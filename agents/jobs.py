@@ -14,11 +14,10 @@ from agents.auto import AutoLoop
 from agents.auto_decide import AutoConfig
 from agents.brain import Budget
 from agents.brains import BrainUnavailable, make_brain
-from agents.context import task_context
 from agents.hitl import HitlMachine
+from agents.runtime import build_loop
 from storage import sessions
 from storage.database import open_database
-from tpu_runner.evaluate import EvalRequest, evaluate
 from tpu_runner.hardware import get_chip
 from tpu_runner.jobs import JobContext, JobOutcome, JobRejected, job_kind
 from tpu_runner.tasks import TaskError, load_task
@@ -45,11 +44,9 @@ def _advance(ctx: JobContext, payload: dict[str, Any], machine: type[AutoLoop]) 
                            Budget(max_cost_usd=budget.get("max_cost_usd"), max_tokens=budget.get("max_tokens")))
     except (TaskError, BrainUnavailable) as exc:
         raise JobRejected(str(exc)) from exc
-    chip = get_chip(target)
-    loop = machine(engine=engine, brain=brain, ctx=task_context(task, chip), workdir=ctx.settings.artifacts_dir /
-                   "sessions" / session_id, config=AutoConfig(max_iterations=int(budget.get("iterations", 5))),
-                   evaluate=lambda path: evaluate(EvalRequest(task.path, path, chip.name), ctx.settings,
-                                                  spares=ctx.spares))
+    loop = build_loop(machine, engine=engine, brain=brain, task=task, chip=get_chip(target), settings=ctx.settings,
+                      session_id=session_id, config=AutoConfig(max_iterations=int(budget.get("iterations", 5))),
+                      spares=ctx.spares)
     outcome = loop.run(session_id)
     return JobOutcome(result={"session_id": session_id, "stop_reason": outcome.stop_reason,
                               "best_speedup": outcome.best_speedup, "evaluations": outcome.evaluations})

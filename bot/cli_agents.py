@@ -37,10 +37,9 @@ def optimize_command(
         from agents.auto_decide import AutoConfig
         from agents.brain import Budget
         from agents.brains import default_brain, make_brain
-        from agents.context import task_context
+        from agents.runtime import build_loop
         from storage import sessions
         from storage.database import open_database
-        from tpu_runner.evaluate import EvalRequest, evaluate
         from tpu_runner.hardware import get_chip
         from tpu_runner.tasks import load_task
 
@@ -52,11 +51,7 @@ def optimize_command(
         with Session(engine) as s, s.begin():
             session_id = sessions.create_session(s, mode="auto", task=task_obj.task_id, target=chip.name,
                                                  budget={"iterations": budget, "max_cost_usd": max_cost}).id
-        workdir = settings.artifacts_dir / "sessions" / session_id
         state: dict[str, Any] = {"evaluations": 0, "best": None}
-
-        def evaluate_file(path: Path) -> Any:
-            return evaluate(EvalRequest(task_obj.path, path, chip.name), settings)
 
         def on_step(kind: str, outputs: dict[str, Any]) -> None:
             if kind == "evaluate":
@@ -72,8 +67,8 @@ def optimize_command(
             if not as_json:
                 err_console.print(line, soft_wrap=True)
 
-        loop = AutoLoop(engine=engine, brain=brain_obj, ctx=task_context(task_obj, chip), evaluate=evaluate_file,
-                        workdir=workdir, config=AutoConfig(max_iterations=budget), on_step=on_step)
+        loop = build_loop(AutoLoop, engine=engine, brain=brain_obj, task=task_obj, chip=chip, settings=settings,
+                          session_id=session_id, config=AutoConfig(max_iterations=budget), on_step=on_step)
         outcome = loop.run(session_id)
         best = outcome.best_result or {}
         summary = {"task": task_obj.task_id, "session_id": session_id, "target": chip.name,
@@ -116,11 +111,10 @@ def chat_command(
         from agents.auto_decide import AutoConfig
         from agents.brain import Budget
         from agents.brains import default_brain, make_brain
-        from agents.context import task_context
         from agents.hitl import DecisionRejected, HitlMachine, record_decision
+        from agents.runtime import build_loop
         from storage import sessions
         from storage.database import open_database
-        from tpu_runner.evaluate import EvalRequest, evaluate
         from tpu_runner.hardware import get_chip
         from tpu_runner.tasks import load_task
 
@@ -144,11 +138,10 @@ def chat_command(
             else:
                 err_console.print(f"{kind} done", soft_wrap=True)
 
-        common = {"engine": engine, "brain": brain_obj, "ctx": task_context(task_obj, chip),
-                  "workdir": settings.artifacts_dir / "sessions" / session_id,
-                  "config": AutoConfig(max_iterations=budget), "on_step": show,
-                  "evaluate": lambda path: evaluate(EvalRequest(task_obj.path, path, chip.name), settings)}
-        hitl = HitlMachine(**common)
+        common: dict[str, Any] = {"engine": engine, "brain": brain_obj, "task": task_obj, "chip": chip,
+                                  "settings": settings, "session_id": session_id,
+                                  "config": AutoConfig(max_iterations=budget), "on_step": show}
+        hitl = build_loop(HitlMachine, **common)
         console.print(f"session {session_id}: {task_obj.task_id} on {chip.name}")
         while True:
             outcome = hitl.run(session_id)
@@ -168,7 +161,7 @@ def chat_command(
                 err_console.print(str(exc))
                 continue
             if action == "handoff":
-                outcome = AutoLoop(**common).run(session_id)
+                outcome = build_loop(AutoLoop, **common).run(session_id)
                 break
         if outcome.improved:
             console.print(f"best kernel: x{outcome.best_speedup:.2f} in {outcome.best_kernel_path} "

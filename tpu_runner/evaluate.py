@@ -204,7 +204,7 @@ def evaluate_many(requests: Iterable[EvalRequest], settings: Settings, *, worker
     for Python and JAX to start (each child still serves one candidate)."""
     items = list(requests)
     workers = workers or settings.eval_workers
-    spares = SparePool(root=settings.home / "sandbox", limits=settings.limits, keep=min(workers, len(items)))
+    spares = SparePool(root=settings.home / "sandbox", limits=settings.limits, keep=0)  # set per evaluation below
     waiting = [len(items)]
     lock = threading.Lock()
 

@@ -55,13 +55,14 @@ def load_job_modules(modules: list[str]) -> None:
             raise ValueError(f"KERNELBOT_JOB_MODULES names {module!r}, which cannot be imported: {exc}") from exc
 
 
-def evaluation_record(result: Any, runner_id: str) -> Evaluation:
+def evaluation_record(result: Any, runner_id: str | None = None, candidate_id: int | None = None) -> Evaluation:
     """An Evaluation row from an EvalResult."""
     perf = result.performance
+    artifacts = str(Path(result.artifacts["result"]).parent) if result.artifacts else None
     return Evaluation(task=result.task, target=result.target, verdict=result.verdict, stage=result.stage,
                       speedup=perf.speedup if perf else None, method=perf.method if perf else None,
-                      result=result.to_json(), artifacts_dir=str(Path(result.artifacts["result"]).parent),
-                      runner_id=runner_id)
+                      result=result.to_json(), artifacts_dir=artifacts, runner_id=runner_id,
+                      candidate_id=candidate_id)
 
 
 @job_kind("evaluate")

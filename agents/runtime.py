@@ -1,0 +1,28 @@
+"""Assembling a session loop from its parts, the same way for every caller (terminal commands and runner jobs)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Engine
+
+from agents.auto import AutoLoop
+from agents.auto_decide import AutoConfig
+from agents.brain import Brain
+from agents.context import task_context
+from storage.settings import Settings
+from tpu_runner.evaluate import EvalRequest, evaluate
+from tpu_runner.hardware import ChipSpec
+from tpu_runner.sandbox import SparePool
+from tpu_runner.tasks import Task
+
+
+def build_loop(machine: type[AutoLoop], *, engine: Engine, brain: Brain, task: Task, chip: ChipSpec,
+               settings: Settings, session_id: str, config: AutoConfig,
+               on_step: Callable[[str, dict[str, Any]], None] | None = None,
+               spares: SparePool | None = None) -> AutoLoop:
+    """An Auto loop or a HITL machine for this session, evaluating its candidates with the evaluator."""
+    return machine(engine=engine, brain=brain, ctx=task_context(task, chip), config=config, on_step=on_step,
+                   workdir=settings.artifacts_dir / "sessions" / session_id,
+                   evaluate=lambda path: evaluate(EvalRequest(task.path, path, chip.name), settings, spares=spares))
