@@ -12,12 +12,13 @@ from sqlmodel import Session
 
 from agents.auto import AutoLoop
 from agents.auto_decide import AutoConfig
-from agents.brain import Budget
+from agents.brain import Brain, Budget
 from agents.brains import BrainUnavailable, make_brain
 from agents.hitl import HitlMachine
 from agents.runtime import build_loop
 from storage import sessions
 from storage.database import open_database
+from storage.models import KernelSession
 from tpu_runner.hardware import get_chip
 from tpu_runner.jobs import JobContext, JobOutcome, JobRejected, job_kind
 from tpu_runner.tasks import TaskError, load_task
@@ -60,3 +61,21 @@ def auto_session_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
 @job_kind("hitl_advance")
 def hitl_advance_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
     return _advance(ctx, payload, HitlMachine)
+
+
+@job_kind("search_node")
+def search_node_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
+    """Generate (when a brain must), evaluate and record one candidate of a search, then top the search up."""
+    from agents.search import NodeRunner
+
+    def brain_for(record: KernelSession) -> Brain:
+        budget = dict(record.budget or {})
+        return make_brain(budget.get("brain") or "anthropic", ctx.settings,
+                          Budget(max_cost_usd=budget.get("max_cost_usd"), max_tokens=budget.get("max_tokens")))
+
+    runner = NodeRunner(engine=_engine(ctx), settings=ctx.settings, make_brain=brain_for, spares=ctx.spares,
+                        runner_id=ctx.runner_id)
+    try:
+        return JobOutcome(result=runner.run(int(payload["candidate_id"]), job_id=ctx.job_id))
+    except (KeyError, LookupError, TaskError) as exc:
+        raise JobRejected(f"{type(exc).__name__}: {exc}") from exc

@@ -2,7 +2,8 @@
 
 Each is a small function over a Brain: it builds the request from typed inputs, asks, and parses the answer
 into a typed value, refusing answers that lack what the role must produce (with a message that says what
-was missing). The tester is the evaluator itself and the autotuner works through the queue; neither is here.
+was missing). The tester is the evaluator itself; the autotuner is the search over a
+kernel's TUNABLE space (agents.search, strategy `tune`); neither is here.
 """
 
 from __future__ import annotations
@@ -128,3 +129,15 @@ def analyse_profile(brain: Brain, ctx: TaskContext, profile_summary: str) -> str
     if not reply.text.strip():
         raise AgentAnswerError("the analysis is empty")
     return reply.text.strip()
+
+
+def apply_strategy(brain: Brain, ctx: TaskContext, code: str, *, title: str, advice: str, evaluation: str,
+                   tools: Sequence[Tool] = ()) -> str:
+    """A search expansion: the parent candidate rewritten along one optimisation strategy."""
+    prompt = (f"Here is a candidate and what the evaluator said about it:\n{evaluation}\n\n```python\n{code}```\n\n"
+              f"Apply this optimisation strategy to it - {title}: {advice}\n"
+              "Change what the strategy needs and keep the rest. If the kernel declares a TUNABLE dict, keep it "
+              "accurate. Answer with the complete module in one ```python block.")
+    reply = brain.ask(BrainRequest(role="implementer", context=ctx.render(), prompt=prompt, tools=tools,
+                                   max_tokens=8192))
+    return extract_code(reply.text)

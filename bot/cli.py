@@ -96,10 +96,11 @@ def get_settings() -> Settings:
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from bot import cli_agents, cli_eval, cli_queue
+    from bot import cli_agents, cli_eval, cli_queue, cli_search
 
     cli_eval.register(app)
     cli_agents.register(app)
+    cli_search.register(app)
     cli_queue.register(app)
     app()
 

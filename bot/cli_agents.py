@@ -19,6 +19,55 @@ def register(app: typer.Typer) -> None:
         app.registered_commands.append(command)
 
 
+def run_auto(task_dir: Path, *, brain: str | None, budget: int, target: str | None, quiet: bool,
+             max_cost: float | None = None) -> dict[str, Any]:
+    """Run the Auto loop on a task to its end; the summary as JSON (also one `bench` entry)."""
+    from agents.auto import AutoLoop
+    from agents.auto_decide import AutoConfig
+    from agents.brain import Budget
+    from agents.brains import default_brain, make_brain
+    from agents.runtime import build_loop
+    from storage import sessions
+    from storage.database import open_database
+    from tpu_runner.hardware import get_chip
+    from tpu_runner.tasks import load_task
+
+    settings = get_settings()
+    task_obj = load_task(task_dir)
+    chip = get_chip(target or settings.default_target)
+    brain_obj = make_brain(brain or default_brain(settings), settings, Budget(max_cost_usd=max_cost))
+    engine = open_database(settings)
+    with Session(engine) as s, s.begin():
+        session_id = sessions.create_session(s, mode="auto", task=task_obj.task_id, target=chip.name,
+                                             budget={"iterations": budget, "max_cost_usd": max_cost}).id
+    state: dict[str, Any] = {"evaluations": 0, "best": None}
+
+    def on_step(kind: str, outputs: dict[str, Any]) -> None:
+        if kind == "evaluate":
+            state["evaluations"] += 1
+            speedup = outputs.get("speedup")
+            if outputs.get("verdict") == "ok" and speedup and speedup > (state["best"] or 1.0):
+                state["best"] = speedup
+        best = f"x{state['best']:.2f}" if state["best"] else "none yet"
+        what = f"{kind}: {outputs.get('message', '')[:160]}" if kind == "evaluate" else kind
+        if kind == "give_up":
+            what = f"gave up on this iteration: {outputs.get('reason', '')[:160]}"
+        line = f"session {session_id}: {what} ({state['evaluations']} evaluations, best {best})"
+        if not quiet:
+            err_console.print(line, soft_wrap=True)
+
+    loop = build_loop(AutoLoop, engine=engine, brain=brain_obj, task=task_obj, chip=chip, settings=settings,
+                      session_id=session_id, config=AutoConfig(max_iterations=budget), on_step=on_step)
+    outcome = loop.run(session_id)
+    best = outcome.best_result or {}
+    summary = {"task": task_obj.task_id, "session_id": session_id, "target": chip.name,
+               "verdict": best.get("verdict", "no_improvement"), "speedup": outcome.best_speedup,
+               "method": best.get("method"), "kernel_path": outcome.best_kernel_path,
+               "evaluations": outcome.evaluations, "stop_reason": outcome.stop_reason,
+               "improved": outcome.improved}
+    return summary
+
+
 @_app.command("optimize")
 def optimize_command(
     task: Annotated[Path, typer.Option("--task", help="Task directory.")],
@@ -33,58 +82,16 @@ def optimize_command(
     """Optimise a task without people: plan, implement, evaluate, self-debug, analyse, re-plan."""
 
     def run() -> int:
-        from agents.auto import AutoLoop
-        from agents.auto_decide import AutoConfig
-        from agents.brain import Budget
-        from agents.brains import default_brain, make_brain
-        from agents.runtime import build_loop
-        from storage import sessions
-        from storage.database import open_database
-        from tpu_runner.hardware import get_chip
-        from tpu_runner.tasks import load_task
-
-        settings = get_settings()
-        task_obj = load_task(task)
-        chip = get_chip(target or settings.default_target)
-        brain_obj = make_brain(brain or default_brain(settings), settings, Budget(max_cost_usd=max_cost))
-        engine = open_database(settings)
-        with Session(engine) as s, s.begin():
-            session_id = sessions.create_session(s, mode="auto", task=task_obj.task_id, target=chip.name,
-                                                 budget={"iterations": budget, "max_cost_usd": max_cost}).id
-        state: dict[str, Any] = {"evaluations": 0, "best": None}
-
-        def on_step(kind: str, outputs: dict[str, Any]) -> None:
-            if kind == "evaluate":
-                state["evaluations"] += 1
-                speedup = outputs.get("speedup")
-                if outputs.get("verdict") == "ok" and speedup and speedup > (state["best"] or 1.0):
-                    state["best"] = speedup
-            best = f"x{state['best']:.2f}" if state["best"] else "none yet"
-            what = f"{kind}: {outputs.get('message', '')[:160]}" if kind == "evaluate" else kind
-            if kind == "give_up":
-                what = f"gave up on this iteration: {outputs.get('reason', '')[:160]}"
-            line = f"session {session_id}: {what} ({state['evaluations']} evaluations, best {best})"
-            if not as_json:
-                err_console.print(line, soft_wrap=True)
-
-        loop = build_loop(AutoLoop, engine=engine, brain=brain_obj, task=task_obj, chip=chip, settings=settings,
-                          session_id=session_id, config=AutoConfig(max_iterations=budget), on_step=on_step)
-        outcome = loop.run(session_id)
-        best = outcome.best_result or {}
-        summary = {"task": task_obj.task_id, "session_id": session_id, "target": chip.name,
-                   "verdict": best.get("verdict", "no_improvement"), "speedup": outcome.best_speedup,
-                   "method": best.get("method"), "kernel_path": outcome.best_kernel_path,
-                   "evaluations": outcome.evaluations, "stop_reason": outcome.stop_reason,
-                   "improved": outcome.improved}
+        summary = run_auto(task, brain=brain, budget=budget, target=target, quiet=as_json, max_cost=max_cost)
         if as_json:
             print(json.dumps(summary, indent=1))
-        elif outcome.improved:
-            console.print(f"best kernel: x{outcome.best_speedup:.2f} ({summary['method']}) in "
-                          f"{outcome.best_kernel_path} after {outcome.evaluations} evaluations; stopped: "
-                          f"{outcome.stop_reason}", soft_wrap=True)
+        elif summary["improved"]:
+            console.print(f"best kernel: x{summary['speedup']:.2f} ({summary['method']}) in "
+                          f"{summary['kernel_path']} after {summary['evaluations']} evaluations; stopped: "
+                          f"{summary['stop_reason']}", soft_wrap=True)
         else:
-            console.print(f"no candidate beat the reference in {outcome.evaluations} evaluations; stopped: "
-                          f"{outcome.stop_reason}", soft_wrap=True)
+            console.print(f"no candidate beat the reference in {summary['evaluations']} evaluations; stopped: "
+                          f"{summary['stop_reason']}", soft_wrap=True)
         return 0
 
     run_command(run)

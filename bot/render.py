@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -121,3 +122,31 @@ def runners_table(rows: Sequence[dict[str, Any]]) -> Table:
                       ", ".join(r["targets"] or []), f"{r['heartbeat_age_seconds']:.0f} s ago",
                       ", ".join(map(str, r["current_jobs"])) or "-")
     return table
+
+
+def search_progress_line(session_id: str, graph: Any, budget: int) -> str:
+    """One line of a running search: evaluations against the budget, what is in flight, the best so far."""
+    best = graph.best()
+    duplicates = sum(n.state == "duplicate" for n in graph.nodes)
+    failed = sum(n.state == "evaluated" and n.score is None for n in graph.nodes)
+    best_text = f"best x{best.score:.2f} (#{best.id} {best.strategy})" if best else "no ok candidate yet"
+    return (f"search {session_id}: {graph.evaluations}/{budget} evaluations, {len(graph.pending)} in flight, "
+            f"{duplicates} duplicates skipped, {failed} failed; {best_text}")
+
+
+COMPILED_VERDICTS = ("ok", "unverified", "incorrect")
+
+
+def bench_summary(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The paper's figures over a suite: how many compiled and were correct, the geometric mean speedup with
+    failures and regressions floored at 1x, and fast_p = the fraction of tasks correct and faster than p x."""
+    n = len(entries)
+    correct = [e for e in entries if e.get("verdict") == "ok"]
+    floored = [max(1.0, e["speedup"]) if e.get("verdict") == "ok" and e.get("speedup") else 1.0 for e in entries]
+    geomean = math.exp(sum(math.log(v) for v in floored) / n) if n else 1.0
+
+    def fast(p: float) -> float:
+        return sum(1 for e in correct if (e.get("speedup") or 0.0) > p) / n if n else 0.0
+
+    return {"tasks": n, "compiled": sum(1 for e in entries if e.get("verdict") in COMPILED_VERDICTS),
+            "correct": len(correct), "geomean_speedup": geomean, "fast_1": fast(1.0), "fast_2": fast(2.0)}

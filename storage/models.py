@@ -80,6 +80,8 @@ class Runner(SQLModel, table=True):
 
 class Candidate(SQLModel, table=True):
     __tablename__ = "candidates"
+    # A search session evaluates each normalised lowered program once (NULLs - unhashed candidates - are distinct).
+    __table_args__ = (Index("ux_candidates_session_ir", "session_id", "ir_hash", unique=True),)
 
     id: int | None = Field(default=None, primary_key=True)
     session_id: str | None = Field(default=None, index=True)
@@ -90,6 +92,8 @@ class Candidate(SQLModel, table=True):
     strategy: str | None = None
     content_hash: str = Field(index=True)
     ir_hash: str | None = Field(default=None, index=True)
+    duplicate_of: int | None = None  # the candidate of this session that lowers to the same program
+    meta: dict[str, Any] | None = _json()  # search bookkeeping: trajectory, depth, params, generation error
     created_at: float = Field(default_factory=now)
 
 

@@ -42,9 +42,10 @@ def add_step(session: Session, *, session_id: str, kind: str, inputs: dict[str, 
 
 
 def add_candidate(session: Session, *, task: str, code: str, content_hash: str, session_id: str | None = None,
-                  parent_id: int | None = None, plan: str | None = None, strategy: str | None = None) -> Candidate:
+                  parent_id: int | None = None, plan: str | None = None, strategy: str | None = None,
+                  meta: dict[str, Any] | None = None) -> Candidate:
     candidate = Candidate(task=task, code=code, content_hash=content_hash, session_id=session_id,
-                          parent_id=parent_id, plan=plan, strategy=strategy)
+                          parent_id=parent_id, plan=plan, strategy=strategy, meta=meta)
     session.add(candidate)
     session.flush()
     return candidate

@@ -8,7 +8,6 @@ this process does, and exits after one candidate.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -27,6 +26,7 @@ from tpu_runner.correctness import CandidateFailed, check_configuration
 from tpu_runner.derive import derive_configurations
 from tpu_runner.errors import from_exception
 from tpu_runner.hardware import ChipSpec, get_chip
+from tpu_runner.ir import ir_digest
 from tpu_runner.performance import MismatchWhileTiming, estimated_performance, measured_performance
 from tpu_runner.profile import summarise
 from tpu_runner.result import Correctness, EvalError
@@ -65,6 +65,7 @@ class Child:
         self.measured = bool(request.get("measure"))
         self.timings: dict[str, float] = {}
         self.notes: list[str] = []
+        self.ir_hash: str | None = None
 
     # -- bookkeeping ------------------------------------------------------------------------------------------
     def enter(self, stage: str) -> None:
@@ -106,33 +107,12 @@ class Child:
                                "outputs (input_output_aliases); this task does not allow it"), "rejected")
 
     def compile_candidate(self, fn: Any, configs: list[Configuration], task: Task) -> list[dict[str, Any]]:
-        sharding = target_sharding(self.chip)
+        """Lower every configuration, pass the IR gate, then compile each one."""
+        lowered_all = [self.lower_configuration(fn, config, i, task) for i, config in enumerate(configs)]
+        self.ir_hash = ir_digest([lowered.as_text() for lowered, _, _, _ in lowered_all])
+        self.pass_ir_gate()
         reports = []
-        for i, config in enumerate(configs):
-            self.enter("lower")
-            try:
-                traced = trace(fn, config, sharding)
-            except Exception as exc:
-                raise self.fail("lower", exc) from exc
-            self.check_policy(traced.jaxpr, task)
-            traffic = pallas_traffic(traced.jaxpr)
-            limits = [jaxpr_walk.vmem_limit(e) for e in jaxpr_walk.pallas_calls(traced.jaxpr)]
-            try:
-                t0 = time.perf_counter()
-                lowered = traced.lower()
-                lower_seconds = time.perf_counter() - t0
-            except Exception as exc:
-                failed = self.fail("lower", exc)
-                kernels = jaxpr_walk.kernel_definitions(traced.jaxpr, self.candidate_path)
-                if failed.error.line is None and len(kernels) == 1:
-                    # Kernel bodies keep no usable traceback; the kernel's own definition is the next best place.
-                    name, line = kernels[0]
-                    failed.error = EvalError(failed.error.kind, f"{failed.error.detail}\n(in kernel {name}, defined "
-                                             f"at line {line})", line, failed.error.stage)
-                raise failed from exc
-            ir_text = lowered.as_text()
-            (self.artifacts / f"candidate.config{i}.stablehlo.mlir").write_text(ir_text)
-            self.leave()
+        for i, (lowered, traffic, limits, lower_seconds) in enumerate(lowered_all):
             self.enter("compile")
             try:
                 report = compile_lowered(lowered, self.profile, lower_seconds=lower_seconds,
@@ -142,9 +122,46 @@ class Child:
             self.leave()
             if len(limits) != len(traffic.calls):
                 limits = [None] * len(traffic.calls)
-            reports.append({"report": report, "traffic": traffic, "vmem_limits": limits,
-                            "ir_hash": hashlib.sha256(ir_text.encode()).hexdigest()[:16]})
+            reports.append({"report": report, "traffic": traffic, "vmem_limits": limits, "ir_hash": self.ir_hash})
         return reports
+
+    def lower_configuration(self, fn: Any, config: Configuration, i: int, task: Task) -> tuple[Any, Any, list, float]:
+        self.enter("lower")
+        try:
+            traced = trace(fn, config, target_sharding(self.chip))
+        except Exception as exc:
+            raise self.fail("lower", exc) from exc
+        self.check_policy(traced.jaxpr, task)
+        traffic = pallas_traffic(traced.jaxpr)
+        limits = [jaxpr_walk.vmem_limit(e) for e in jaxpr_walk.pallas_calls(traced.jaxpr)]
+        try:
+            t0 = time.perf_counter()
+            lowered = traced.lower()
+            lower_seconds = time.perf_counter() - t0
+        except Exception as exc:
+            failed = self.fail("lower", exc)
+            kernels = jaxpr_walk.kernel_definitions(traced.jaxpr, self.candidate_path)
+            if failed.error.line is None and len(kernels) == 1:
+                # Kernel bodies keep no usable traceback; the kernel's own definition is the next best place.
+                name, line = kernels[0]
+                failed.error = EvalError(failed.error.kind, f"{failed.error.detail}\n(in kernel {name}, defined "
+                                         f"at line {line})", line, failed.error.stage)
+            raise failed from exc
+        (self.artifacts / f"candidate.config{i}.stablehlo.mlir").write_text(lowered.as_text())
+        self.leave()
+        return lowered, traffic, limits, lower_seconds
+
+    def pass_ir_gate(self) -> None:
+        """With an IR gate, tell the parent the normalised IR digest and wait for go/stop: a search stops here
+        a candidate whose program it has already evaluated, before any compile."""
+        if not self.request.get("ir_gate"):
+            return
+        (self.workdir / "ir_hash").write_text(self.ir_hash)
+        answer = sys.stdin.readline().strip()
+        if answer != "go":
+            detail = answer.removeprefix("stop").strip() or "an earlier candidate"
+            raise StageFailure("lower", EvalError("duplicate_ir", f"this candidate lowers to the same program as "
+                               f"{detail}; it is not evaluated again"), "duplicate")
 
     def reference_costs(self, task: Task, ref_fn: Any, configs: list[Configuration]) -> list[dict[str, Any]]:
         """Compile the reference under the same options; cached per task, target and toolchain."""
@@ -251,6 +268,7 @@ class Child:
             out["task_error"] = str(exc)
         except StageFailure as failed:
             out.update(stage=failed.stage, error=failed.error.to_json(), verdict=failed.verdict)
+        out["ir_hash"] = self.ir_hash
         return out
 
 

@@ -29,7 +29,7 @@ from tpu_runner.result import (
     Performance,
     failure,
 )
-from tpu_runner.sandbox import ChildOutcome, SparePool, child_environment
+from tpu_runner.sandbox import ChildOutcome, Gate, SparePool, child_environment
 from tpu_runner.static_check import StaticViolation, check_source
 from tpu_runner.tasks import Task, TaskError, load_task
 
@@ -86,7 +86,7 @@ def _from_child(report: dict[str, Any], *, task: Task, target: str, host: str) -
         corr["cases"] = [CorrectnessCase(**c) for c in corr.get("cases", [])]
         correctness = Correctness(**corr)
     extra: dict[str, Any] = {"correctness": correctness, "notes": list(report.get("notes", [])),
-                             "timings": dict(report.get("timings", {}))}
+                             "timings": dict(report.get("timings", {})), "ir_hash": report.get("ir_hash")}
     if report.get("error"):
         err = report["error"]
         error = EvalError(err["kind"], err["detail"], err.get("line"), err.get("stage"))
@@ -105,9 +105,16 @@ def _from_child(report: dict[str, Any], *, task: Task, target: str, host: str) -
                       message=message, performance=perf, profile=report.get("profile"), **extra)
 
 
+IrGate = Callable[[str], str | None]  # normalised IR digest -> None to go on, or what it duplicates to stop
+
+
 def evaluate(request: EvalRequest, settings: Settings, *, eval_id: str | None = None,
-             on_stage: Callable[[str], None] | None = None, spares: SparePool | None = None) -> EvalResult:
-    """Evaluate one candidate. Raises TaskError / KernelFileError / UnknownTarget for bad input."""
+             on_stage: Callable[[str], None] | None = None, spares: SparePool | None = None,
+             ir_gate: IrGate | None = None) -> EvalResult:
+    """Evaluate one candidate. Raises TaskError / KernelFileError / UnknownTarget for bad input.
+
+    With `ir_gate`, the child stops after lowering when the gate says the program was evaluated already
+    (verdict `duplicate`), before the expensive stages."""
     started = time.perf_counter()
     task = load_task(request.task_dir)
     chip = get_chip(request.target)
@@ -148,12 +155,18 @@ def evaluate(request: EvalRequest, settings: Settings, *, eval_id: str | None = 
         "allow_pure_jax": allow_pure_jax, "artifacts_dir": str(artifacts), "workdir": str(workdir),
         "cache_dir": str(settings.cache_dir), "llo_dump_dir": str(child.llo_dump_dir),
         "interpret_grid_steps": settings.limits.interpret_grid_steps, "measure": request.measure,
-        "static_profile": settings.static_profile,
+        "static_profile": settings.static_profile, "ir_gate": ir_gate is not None,
     }
     request_path = workdir / "request.json"
     request_path.write_text(json.dumps(child_request, indent=1))
+    gate = None
+    if ir_gate is not None:
+        def answer(digest: str) -> str:
+            duplicate_of = ir_gate(digest)
+            return "go" if duplicate_of is None else f"stop {duplicate_of}"
+        gate = Gate(workdir / "ir_hash", answer)
     outcome = child.run([str(request_path)], stage_file=workdir / "stage", limits=settings.limits,
-                        on_stage=on_stage)
+                        on_stage=on_stage, gate=gate)
     for log in ("stdout.txt", "stderr.txt"):
         if (child.scratch / log).is_file():
             shutil.move(child.scratch / log, workdir / log)

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 Verdict = Literal["ok", "unverified", "rejected", "lowering_error", "compile_error", "incorrect", "timeout",
-                  "crashed"]
+                  "crashed", "duplicate"]
 Stage = Literal["static", "lower", "compile", "correctness", "performance", "profile", "done"]
 
 # The verdict a failure at each stage gives (timeouts and crashes can happen at any stage).
@@ -82,6 +82,7 @@ class EvalResult:
     artifacts: dict[str, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)  # seconds spent per stage, plus "overhead"
     notes: list[str] = field(default_factory=list)
+    ir_hash: str | None = None  # digest of the normalised lowered IR (tpu_runner.ir), once lowering succeeded
 
     @property
     def ok(self) -> bool:

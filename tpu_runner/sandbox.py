@@ -122,8 +122,11 @@ class Child:
         self.proc.wait()
 
     def run(self, args: list[str], *, stage_file: Path, limits: EvalLimits,
-            on_stage: Callable[[str], None] | None = None) -> ChildOutcome:
-        """Hand the child its arguments and supervise it until it ends or a limit stops it."""
+            on_stage: Callable[[str], None] | None = None, gate: Gate | None = None) -> ChildOutcome:
+        """Hand the child its arguments and supervise it until it ends or a limit stops it.
+
+        With a gate, stdin stays open: when the child writes the gate's file, the gate's answer (one line) is
+        sent back and the child goes on or stops."""
         start = time.monotonic()
         peak = 0.0
         timed_out = memory_exceeded = False
@@ -134,7 +137,9 @@ class Child:
         try:
             assert proc.stdin is not None
             proc.stdin.write((json.dumps(args) + "\n").encode())
-            proc.stdin.close()
+            proc.stdin.flush()
+            if gate is None:
+                proc.stdin.close()
         except BrokenPipeError:
             pass  # it died while waiting; its exit status says how
         try:
@@ -147,6 +152,8 @@ class Child:
                 if time.monotonic() - start > limits.wall_seconds:
                     timed_out = True
                     break
+                if gate is not None and not proc.stdin.closed and gate.file.is_file():  # type: ignore[union-attr]
+                    _answer(proc, gate.answer(gate.file.read_text().strip()))
                 if on_stage and stage_file.is_file():
                     stage = stage_file.read_text().strip()
                     if stage and stage != last_stage:
@@ -164,6 +171,21 @@ class Child:
             stage=stage_file.read_text().strip() if stage_file.is_file() else None,
             stderr_tail=_tail(err, limits.output_bytes), stdout_tail=_tail(out, limits.output_bytes),
         )
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A question the child asks once, by writing `file`; `answer` gets its content and returns the reply line."""
+
+    file: Path
+    answer: Callable[[str], str]
+
+
+def _answer(proc: subprocess.Popen[bytes], reply: str) -> None:
+    assert proc.stdin is not None
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.write((reply.replace("\n", " ") + "\n").encode())
+        proc.stdin.close()
 
 
 def spawn(*, target: str, scratch: Path, env: dict[str, str], limits: EvalLimits) -> Child:

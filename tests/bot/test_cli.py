@@ -86,7 +86,7 @@ def test_tasks_json_lists_the_suite_with_costs(kernelbot_home: Path) -> None:
 def test_db_upgrade_then_enqueue_eval(tmp_path: Path) -> None:
     home = tmp_path / "home"
     proc = _run(["db", "upgrade"], home)
-    assert proc.returncode == 0 and "empty -> 0003" in proc.stdout
+    assert proc.returncode == 0 and "empty -> 0004" in proc.stdout
     proc = _run(["db", "upgrade"], home)
     assert "0003 -> 0003" in proc.stdout  # idempotent
     proc = _run(["enqueue-eval", "--task", str(TASKS / "softmax"), "--kernel",

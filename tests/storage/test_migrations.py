@@ -36,7 +36,16 @@ def _tables(engine: Engine) -> set[str]:
 
 
 def test_the_revisions_form_one_line_ending_at_the_head() -> None:
-    assert head_revision() == "0003"
+    assert head_revision() == "0004"
+
+
+def test_the_migrated_schema_has_every_column_and_index_the_models_declare(bare_engine: Engine) -> None:
+    upgrade(bare_engine)
+    inspector = inspect(bare_engine)
+    for name, table in SQLModel.metadata.tables.items():
+        assert {c["name"] for c in inspector.get_columns(name)} == {c.name for c in table.columns}, name
+        migrated = {i["name"] for i in inspector.get_indexes(name)}
+        assert {i.name for i in table.indexes} <= migrated, name
 
 
 def test_upgrading_an_empty_database_creates_every_table(bare_engine: Engine) -> None:

@@ -8,6 +8,12 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+# The search and the autotuner vary these (agents.tunable); the values below are the defaults.
+TUNABLE = {
+    "DEFAULT_BLOCK_ROWS": (64, 128, 256, 512),
+    "DEFAULT_BLOCK_VOCAB": (512, 1024, 2048, 4096, 8192),
+    "VMEM_LIMIT_BYTES": (33554432, 50331648, 67108864, 104857600),
+}
 DEFAULT_BLOCK_ROWS = 256
 DEFAULT_BLOCK_VOCAB = 2048
 VMEM_LIMIT_BYTES = 48 * 1024 * 1024

@@ -12,6 +12,12 @@ SCALE = 1.5
 CLIP_MIN = -3.0
 CLIP_MAX = 3.0
 
+# The search and the autotuner vary these (agents.tunable); the values below are the defaults.
+TUNABLE = {
+    "DEFAULT_BLOCK_ROWS": (64, 128, 256, 512, 1024),
+    "DEFAULT_BLOCK_COLS": (512, 1024, 2048, 4096),
+    "VMEM_LIMIT_BYTES": (33554432, 67108864, 104857600),
+}
 DEFAULT_BLOCK_ROWS = 512
 DEFAULT_BLOCK_COLS = 2048
 VMEM_LIMIT_BYTES = 64 * 1024 * 1024

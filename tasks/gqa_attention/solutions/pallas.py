@@ -13,6 +13,11 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+# The search and the autotuner vary these (agents.tunable); the values below are the defaults.
+TUNABLE = {
+    "DEFAULT_BLOCK_Q": (128, 256, 512, 1024),
+    "DEFAULT_BLOCK_KV": (128, 256, 512, 1024),
+}
 DEFAULT_BLOCK_Q = 512
 DEFAULT_BLOCK_KV = 512
 

@@ -8,6 +8,12 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+# The search and the autotuner vary these (agents.tunable); the values below are the defaults.
+TUNABLE = {
+    "TARGET_BLOCK_BYTES": (1048576, 2097152, 4194304, 8388608, 16777216),
+    "MAX_BLOCK_ROWS": (64, 128, 256, 512, 1024),
+    "VMEM_LIMIT_BYTES": (33554432, 67108864, 104857600),
+}
 # Target bytes of one f32 row block; each block holds full rows.
 TARGET_BLOCK_BYTES = 4 * 1024 * 1024
 MIN_BLOCK_ROWS = 8

@@ -8,6 +8,13 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+# The search and the autotuner vary these (agents.tunable); the values below are the defaults.
+TUNABLE = {
+    "DEFAULT_BLOCK_M": (128, 256, 512, 1024, 2048),
+    "DEFAULT_BLOCK_N": (128, 256, 512, 1024, 2048),
+    "DEFAULT_BLOCK_K": (128, 256, 512, 1024, 2048),
+    "VMEM_LIMIT_BYTES": (33554432, 67108864, 104857600),
+}
 DEFAULT_BLOCK_M = 1024
 DEFAULT_BLOCK_N = 1024
 DEFAULT_BLOCK_K = 512

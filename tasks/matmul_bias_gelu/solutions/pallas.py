@@ -7,6 +7,13 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+# The search and the autotuner vary these (agents.tunable); the values below are the defaults.
+TUNABLE = {
+    "DEFAULT_BLOCK_M": (128, 256, 512, 1024),
+    "DEFAULT_BLOCK_N": (128, 256, 512, 1024),
+    "DEFAULT_BLOCK_K": (128, 256, 512, 1024),
+    "VMEM_LIMIT_BYTES": (33554432, 50331648, 67108864, 104857600),
+}
 DEFAULT_BLOCK_M = 512
 DEFAULT_BLOCK_N = 512
 DEFAULT_BLOCK_K = 512

@@ -11,6 +11,12 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+# The search and the autotuner vary these (agents.tunable); the values below are the defaults.
+TUNABLE = {
+    "DEFAULT_BLOCK_M": (64, 128, 256, 512),
+    "DEFAULT_BLOCK_K": (128, 256, 512, 1024),
+    "VMEM_LIMIT_BYTES": (50331648, 83886080, 104857600),
+}
 DEFAULT_BLOCK_M = 256
 DEFAULT_BLOCK_K = 512
 VMEM_LIMIT_BYTES = 80 * 1024 * 1024

@@ -8,6 +8,12 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+# The search and the autotuner vary these (agents.tunable); the values below are the defaults.
+TUNABLE = {
+    "TARGET_BLOCK_BYTES_F32": (2097152, 4194304, 8388608, 16777216, 33554432),
+    "MAX_BLOCK_ROWS": (128, 256, 512, 1024, 2048),
+    "VMEM_LIMIT_BYTES": (33554432, 67108864, 104857600),
+}
 # Budget is in f32 bytes since the block is upcast inside the kernel.
 TARGET_BLOCK_BYTES_F32 = 8 * 1024 * 1024
 MIN_BLOCK_ROWS = 16  # bf16 packs 16 rows per vreg tile

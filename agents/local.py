@@ -1,0 +1,47 @@
+"""Running queue-driven sessions on this machine: the embedded default, where the terminal command brings its
+own runner. The runner is the real daemon (the same one `kernelbot runner` starts), serving the session's jobs
+until the session is over."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+from sqlalchemy import Engine
+from sqlmodel import Session
+
+import agents.jobs  # noqa: F401 - registers the agent job kinds with the runner's registry
+from storage import sessions
+from storage.settings import Settings
+from tpu_runner.daemon import RunnerConfig, RunnerDaemon
+from tpu_runner.evaluate import detect_host
+
+
+def run_until_settled(engine: Engine, settings: Settings, session_id: str, *, kinds: tuple[str, ...],
+                      workers: int, on_poll: Callable[[], None] | None = None, poll_seconds: float = 1.0) -> str:
+    """Serve the session's jobs with an in-process runner until the session is no longer active; returns its
+    final status. Ctrl-C stops the runner cleanly and leaves the session resumable."""
+    with Session(engine) as s:
+        target = sessions.get_session(s, session_id=session_id).target
+    # Described without initialising a backend here: the evaluations happen in sandboxed children.
+    hardware = {"platform": detect_host(), "cpus": os.cpu_count(), "host": socket.gethostname()}
+    daemon = RunnerDaemon(engine=engine, settings=settings, hardware=hardware,
+                          config=RunnerConfig(name=f"local-{session_id}", targets=(target,), concurrency=workers,
+                                              kinds=kinds, poll_seconds=0.2, grace_seconds=5.0))
+    thread = threading.Thread(target=daemon.run, name="local-runner", daemon=True)
+    thread.start()
+    try:
+        while True:
+            with Session(engine) as s:
+                status = sessions.get_session(s, session_id=session_id).status
+            if on_poll:
+                on_poll()
+            if status != "active" or not thread.is_alive():
+                return status
+            time.sleep(poll_seconds)
+    finally:
+        daemon.request_stop()
+        thread.join(timeout=60)

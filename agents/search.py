@@ -1,0 +1,377 @@
+"""The Search paradigm over the database: the graph is the session's candidates, every expansion a queue job.
+
+`start_search` records the session and its seed; `top_up` (called at the start and at the end of every node
+job, under the session's row lock) asks `search_decide` what to create next and enqueues one `search_node` job
+per new candidate, so the expansions spread over every free runner and nothing blocks waiting. A node job
+generates its candidate when a brain must write it, evaluates it with the IR gate (a program the session has
+evaluated is not evaluated again) and records the evaluation. A crash loses nothing: the graph and the queue
+are the whole state, and a node job that finds its work done only tops up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+
+from agents import strategies, subagents, tunable
+from agents.brain import Brain, BudgetExceeded
+from agents.context import task_context
+from agents.search_decide import ROOT_STRATEGY, Graph, Node, SearchConfig, next_expansions
+from storage import queue, sessions
+from storage.models import Candidate, Evaluation, Job, KernelSession
+from storage.settings import Settings
+from tpu_runner.evaluate import EvalRequest, KernelFileError, evaluate
+from tpu_runner.hardware import UnknownTarget, get_chip
+from tpu_runner.jobs import evaluation_record
+from tpu_runner.result import EvalError
+from tpu_runner.sandbox import SparePool
+from tpu_runner.tasks import Task, TaskError, load_task
+
+NODE_JOB = "search_node"
+
+
+class SearchError(ValueError):
+    """The search cannot start as asked; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    session_id: str
+    task: str
+    status: str
+    strategy: str
+    verdict: str | None  # of the best candidate (ok), or of the seed when no candidate was ok
+    speedup: float | None
+    method: str | None
+    kernel_path: str | None
+    evaluations: int
+    duplicates: int
+    budget: int
+    best_candidate_id: int | None
+    best_strategy_path: list[str]  # the strategies from the seed to the best candidate
+
+    @property
+    def improved(self) -> bool:
+        """Only an ok candidate faster than the reference is an improvement."""
+        return self.speedup is not None and self.speedup > 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task": self.task, "verdict": self.verdict, "speedup": self.speedup, "method": self.method,
+                "kernel_path": self.kernel_path, "evaluations": self.evaluations, "session_id": self.session_id,
+                "status": self.status, "strategy": self.strategy, "duplicates": self.duplicates,
+                "budget": self.budget, "best_candidate_id": self.best_candidate_id, "improved": self.improved,
+                "best_strategy_path": self.best_strategy_path}
+
+
+def _digest(code: str) -> str:
+    return hashlib.sha256(code.encode()).hexdigest()[:16]
+
+
+def _params_of(code: str) -> dict[str, Any] | None:
+    try:
+        return tunable.current(code) if tunable.space(code) else None
+    except tunable.TunableError:
+        return None
+
+
+def start_search(s: Session, *, task: Task, target: str, config: SearchConfig, seed_code: str | None,
+                 brain: str | None, owner: str | None = None) -> str:
+    """Record a search session with its seed candidate and enqueue the first jobs; returns the session id."""
+    if seed_code is None and brain is None:
+        raise SearchError("a search needs a seed kernel (--seed FILE) or a brain to write one (--brain)")
+    if seed_code is not None:
+        try:
+            space = tunable.space(seed_code)
+        except tunable.TunableError as exc:
+            raise SearchError(f"the seed kernel's TUNABLE declaration is malformed: {exc}") from exc
+        if config.strategy == "tune" and not space:
+            raise SearchError("the autotuner (--strategy tune) needs a seed kernel that declares a TUNABLE space")
+        if brain is None and not space:
+            raise SearchError("without a brain the search can only move tunable parameters, and the seed kernel "
+                              "declares no TUNABLE space; add one (see agents/tunable.py) or use --brain")
+    record = sessions.create_session(s, mode="search", task=task.task_id, target=target, owner=owner,
+                                     task_dir=str(task.path), budget={"search": config.to_json(), "brain": brain})
+    code = seed_code or ""
+    sessions.add_candidate(s, task=task.task_id, code=code, content_hash=_digest(code) if code else "",
+                           session_id=record.id, strategy=ROOT_STRATEGY,
+                           meta={"trajectory": 0, "depth": 0, "params": _params_of(code) if code else None})
+    top_up(s, record.id, task=task)
+    return record.id
+
+
+# -- the graph as the decisions see it ------------------------------------------------------------------------
+def load_graph(s: Session, session_id: str) -> tuple[Graph, dict[int, Candidate], dict[int, Evaluation]]:
+    candidates = {c.id: c for c in s.exec(select(Candidate).where(Candidate.session_id == session_id)
+                                          .order_by(col(Candidate.id))).all() if c.id is not None}
+    evaluations: dict[int, Evaluation] = {}
+    if candidates:
+        for e in s.exec(select(Evaluation).where(col(Evaluation.candidate_id).in_(list(candidates)))
+                        .order_by(col(Evaluation.id))).all():
+            evaluations[e.candidate_id] = e  # type: ignore[index]
+    nodes = []
+    for cid, c in candidates.items():
+        meta = c.meta or {}
+        e = evaluations.get(cid)
+        state = ("evaluated" if e else "duplicate" if c.duplicate_of else "failed" if meta.get("error")
+                 else "pending")
+        nodes.append(Node(id=cid, parent_id=c.parent_id, strategy=c.strategy, trajectory=int(meta.get("trajectory", 0)),
+                          depth=int(meta.get("depth", 0)), state=state, verdict=e.verdict if e else None,
+                          speedup=e.speedup if e else None, params=meta.get("params")))
+    return Graph(nodes), candidates, evaluations
+
+
+def _options(candidates: dict[int, Candidate], family: str | None, with_brain: bool):
+    def options(node: Node) -> list[tuple[str, dict[str, Any] | None]]:
+        if node.score is None:  # a candidate that failed to lower or compile: only a brain can repair it
+            return [("self_debug", None)] if with_brain else []
+        code = candidates[node.id].code
+        try:
+            space = tunable.space(code)
+        except tunable.TunableError:
+            space = {}
+        params = tunable.current(code) if space else {}
+        out: list[tuple[str, dict[str, Any] | None]] = []
+        for strategy in strategies.for_family(family):
+            moved = strategy.apply(params, space) if space else None
+            if moved is not None:
+                out.append((strategy.id, moved))
+            elif with_brain:
+                out.append((strategy.id, None))
+        return out
+
+    return options
+
+
+def _sampler(seed_code: str):
+    space = tunable.space(seed_code) if seed_code else {}
+
+    def sample(n: int, rng: Any, known: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return tunable.sample(space, n, rng, tuple(known)) if space else []
+
+    return sample
+
+
+def _lock(s: Session, session_id: str) -> KernelSession:
+    record = s.exec(select(KernelSession).where(KernelSession.id == session_id).with_for_update()).first()
+    if record is None:
+        raise LookupError(f"no session {session_id}")
+    return record
+
+
+def top_up(s: Session, session_id: str, *, task: Task | None = None) -> list[int]:
+    """Create and enqueue what the search should do next; finish the session when nothing is left.
+    Runs in the caller's transaction, under the session's row lock. Returns the new candidate ids."""
+    record = _lock(s, session_id)
+    if record.status != "active":
+        return []
+    task = task or load_task(record.task_dir or "")
+    budget = dict(record.budget or {})
+    config = SearchConfig(**budget["search"])
+    graph, candidates, _ = load_graph(s, session_id)
+    root = candidates[min(candidates)]
+    options = _options(candidates, task.family, with_brain=bool(budget.get("brain")))
+    created: list[int] = []
+    for exp in next_expansions(graph, config, options, _sampler(root.code)):
+        parent = candidates[exp.parent_id] if exp.parent_id is not None else None
+        code = tunable.with_params(parent.code, exp.params) if parent is not None and exp.params is not None else ""
+        depth = int((parent.meta or {}).get("depth", 0)) + 1 if parent is not None else 0
+        child = sessions.add_candidate(s, task=record.task, code=code, content_hash=_digest(code) if code else "",
+                                       session_id=session_id, parent_id=exp.parent_id, strategy=exp.strategy,
+                                       meta={"trajectory": exp.trajectory, "depth": depth, "params": exp.params})
+        created.append(child.id)  # type: ignore[arg-type]
+    pending = _without_failed_jobs(s, [n.id for n in graph.pending]) + created
+    for cid in pending:
+        queue.enqueue(s, kind=NODE_JOB, payload={"session_id": session_id, "candidate_id": cid},
+                      dedup_key=f"{NODE_JOB}:{cid}", target=record.target, session_id=session_id)
+    if not pending:
+        _finish(s, record, graph)
+    return created
+
+
+def _without_failed_jobs(s: Session, candidate_ids: list[int]) -> list[int]:
+    """Pending candidates whose job has failed for good are marked failed rather than queued again."""
+    if not candidate_ids:
+        return []
+    keys = {f"{NODE_JOB}:{cid}": cid for cid in candidate_ids}
+    jobs = s.exec(select(Job).where(col(Job.dedup_key).in_(list(keys))).order_by(col(Job.id))).all()
+    latest = {job.dedup_key: job for job in jobs}
+    keep = []
+    for key, cid in keys.items():
+        job = latest.get(key)
+        if job is not None and job.status == "failed":
+            candidate = s.get(Candidate, cid)
+            assert candidate is not None
+            candidate.meta = {**(candidate.meta or {}), "error": f"its job failed: {job.last_error or ''}"[:500]}
+            s.add(candidate)
+        else:
+            keep.append(cid)
+    return keep
+
+
+def _finish(s: Session, record: KernelSession, graph: Graph, reason: str = "") -> None:
+    best = graph.best()
+    record.status = "done"
+    record.best_candidate_id = best.id if best else None
+    s.add(record)
+    sessions.add_event(s, session_id=record.id, kind="search_finished", payload={
+        "evaluations": graph.evaluations, "best_candidate_id": record.best_candidate_id,
+        "best_speedup": best.score if best else None, "reason": reason or "budget or strategies exhausted"})
+
+
+def stop_search(s: Session, session_id: str, reason: str) -> None:
+    record = _lock(s, session_id)
+    if record.status == "active":
+        graph, _, _ = load_graph(s, session_id)
+        _finish(s, record, graph, reason)
+
+
+# -- one node ---------------------------------------------------------------------------------------------------
+BrainFactory = Callable[[KernelSession], Brain]
+
+
+@dataclass
+class NodeRunner:
+    """Runs one search_node job: generate (when a brain must), evaluate with the IR gate, record, top up."""
+
+    engine: Engine
+    settings: Settings
+    make_brain: BrainFactory
+    spares: SparePool | None = None
+    runner_id: str | None = None
+
+    def run(self, candidate_id: int, job_id: int | None = None) -> dict[str, Any]:
+        with Session(self.engine) as s:
+            candidate = s.get(Candidate, candidate_id)
+            if candidate is None or candidate.session_id is None:
+                raise LookupError(f"no search candidate {candidate_id}")
+            record = sessions.get_session(s, session_id=candidate.session_id)
+            done = s.exec(select(Evaluation).where(Evaluation.candidate_id == candidate_id)).first() is not None
+            settled = done or candidate.duplicate_of is not None or bool((candidate.meta or {}).get("error"))
+            session_id, status, code = record.id, record.status, candidate.code
+            task, target = load_task(record.task_dir or ""), record.target
+        outcome: dict[str, Any] = {"candidate_id": candidate_id}
+        if not settled and status == "active":
+            try:
+                if not code:
+                    code = self._generate(candidate_id, task, target)
+                if code:
+                    outcome.update(self._evaluate(session_id, candidate_id, code, task, target, job_id))
+            except (TaskError, KernelFileError, UnknownTarget) as exc:
+                # The candidate cannot be evaluated at all; the search goes on without it.
+                self._mark_failed(candidate_id, f"{type(exc).__name__}: {exc}"[:500])
+        with Session(self.engine) as s, s.begin():
+            outcome["created"] = top_up(s, session_id, task=task)
+        return outcome
+
+    def _generate(self, candidate_id: int, task: Task, target: str) -> str:
+        """The candidate's code from a brain; on failure the node is marked failed and "" returned."""
+        with Session(self.engine) as s:
+            candidate = s.get(Candidate, candidate_id)
+            assert candidate is not None and candidate.session_id is not None
+            record = sessions.get_session(s, session_id=candidate.session_id)
+            parent = s.get(Candidate, candidate.parent_id) if candidate.parent_id else None
+            parent_eval = s.exec(select(Evaluation).where(Evaluation.candidate_id == parent.id)).first() \
+                if parent else None
+            strategy = candidate.strategy or ""
+        ctx = task_context(task, get_chip(target))
+        try:
+            brain = self.make_brain(record)
+            if parent is None:
+                code = subagents.implement(brain, ctx, subagents.plan(brain, ctx))
+            elif strategy == "self_debug":
+                error = EvalError(**(parent_eval.result or {})["error"]) if parent_eval and parent_eval.result \
+                    and (parent_eval.result or {}).get("error") else EvalError("unknown", "the evaluation failed")
+                code = subagents.self_debug(brain, ctx, parent.code, error)
+            else:
+                chosen = strategies.get(strategy)
+                summary = (parent_eval.result or {}).get("message", "") if parent_eval else "not evaluated"
+                code = subagents.apply_strategy(brain, ctx, parent.code, title=chosen.title, advice=chosen.advice,
+                                                evaluation=summary)
+        except BudgetExceeded as exc:
+            self._mark_failed(candidate_id, f"the brain's budget is spent: {exc}")
+            with Session(self.engine) as s, s.begin():
+                stop_search(s, record.id, f"budget: {exc}")
+            return ""
+        except Exception as exc:  # noqa: BLE001 - a brain that cannot answer fails this node, not the search
+            self._mark_failed(candidate_id, f"{type(exc).__name__}: {exc}"[:500])
+            return ""
+        with Session(self.engine) as s, s.begin():
+            candidate = s.get(Candidate, candidate_id)
+            assert candidate is not None
+            candidate.code, candidate.content_hash = code, _digest(code)
+            candidate.meta = {**(candidate.meta or {}), "params": _params_of(code)}
+            s.add(candidate)
+        return code
+
+    def _mark_failed(self, candidate_id: int, error: str) -> None:
+        with Session(self.engine) as s, s.begin():
+            candidate = s.get(Candidate, candidate_id)
+            assert candidate is not None
+            candidate.meta = {**(candidate.meta or {}), "error": error}
+            s.add(candidate)
+
+    def _claim_ir(self, session_id: str, candidate_id: int, digest: str) -> str | None:
+        """None when this candidate is the session's first with this program; else which candidate was."""
+        for _ in range(2):
+            try:
+                with Session(self.engine) as s, s.begin():
+                    other = s.exec(select(Candidate).where(Candidate.session_id == session_id,
+                                                           Candidate.ir_hash == digest,
+                                                           Candidate.id != candidate_id)).first()
+                    candidate = s.get(Candidate, candidate_id)
+                    assert candidate is not None
+                    if other is not None:
+                        candidate.duplicate_of = other.id
+                        s.add(candidate)
+                        return f"candidate {other.id}"
+                    candidate.ir_hash = digest
+                    s.add(candidate)
+                return None
+            except IntegrityError:
+                continue  # another runner claimed this program a moment ago: look again
+        raise RuntimeError(f"could not settle the IR digest {digest} of candidate {candidate_id}")
+
+    def _evaluate(self, session_id: str, candidate_id: int, code: str, task: Task, target: str,
+                  job_id: int | None) -> dict[str, Any]:
+        workdir = self.settings.artifacts_dir / "sessions" / session_id
+        workdir.mkdir(parents=True, exist_ok=True)
+        path = workdir / f"candidate_{candidate_id}.py"
+        path.write_text(code)
+        result = evaluate(EvalRequest(task.path, path, target), self.settings, spares=self.spares,
+                          eval_id=f"{session_id}-c{candidate_id}",
+                          ir_gate=lambda digest: self._claim_ir(session_id, candidate_id, digest))
+        if result.verdict != "duplicate":
+            record = evaluation_record(result, self.runner_id, candidate_id)
+            record.job_id = job_id
+            with Session(self.engine) as s, s.begin():
+                s.add(record)
+        return {"verdict": result.verdict, "message": result.message}
+
+
+# -- results ----------------------------------------------------------------------------------------------------
+def outcome(s: Session, session_id: str) -> SearchOutcome:
+    record = sessions.get_session(s, session_id=session_id)
+    graph, candidates, evaluations = load_graph(s, session_id)
+    config = SearchConfig(**(record.budget or {})["search"])
+    best = graph.best()
+    shown = best or next((n for n in graph.nodes if n.state == "evaluated"), None)
+    e = evaluations.get(shown.id) if shown else None
+    path: list[str] = []
+    node = best
+    by_id = {n.id: n for n in graph.nodes}
+    while node is not None and node.parent_id is not None:
+        path.insert(0, node.strategy or "")
+        node = by_id.get(node.parent_id)
+    kernel = str(Path(e.artifacts_dir) / "candidate.py") if e and e.artifacts_dir and best else None
+    return SearchOutcome(session_id=session_id, task=record.task, status=record.status, strategy=config.strategy,
+                         verdict=e.verdict if e else None, speedup=e.speedup if e and best else None,
+                         method=e.method if e else None, kernel_path=kernel, evaluations=graph.evaluations,
+                         duplicates=sum(n.state == "duplicate" for n in graph.nodes), budget=config.budget,
+                         best_candidate_id=best.id if best else None, best_strategy_path=path)

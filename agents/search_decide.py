@@ -1,0 +1,184 @@
+"""The Search paradigm's decisions, as pure functions of the candidate graph.
+
+Three ways to spend a budget of evaluations:
+- `beam`: keep the best `width` candidates; expand each with its next untried strategy.
+- `parallel`: `width` independent trajectories, each a greedy climb from the seed that tries the strategies in
+  its own order and moves on from its best candidate so far.
+- `tune` (the autotuner): points of the seed's TUNABLE space drawn at random, all at once, so every free
+  runner takes one.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+SEARCH_STRATEGIES = ("beam", "parallel", "tune")
+ROOT_STRATEGY = "seed"
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    strategy: str = "beam"
+    budget: int = 12  # evaluations (candidates stopped as duplicates do not count)
+    width: int = 2  # beam width, number of trajectories, candidates in flight
+    max_depth: int = 8
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.strategy not in SEARCH_STRATEGIES:
+            raise ValueError(f"unknown search strategy {self.strategy!r}; choose one of {', '.join(SEARCH_STRATEGIES)}")
+        if self.budget < 1 or self.width < 1:
+            raise ValueError("the budget and the width must be at least 1")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "budget": self.budget, "width": self.width, "max_depth": self.max_depth,
+                "seed": self.seed}
+
+
+@dataclass(frozen=True)
+class Node:
+    id: int
+    parent_id: int | None
+    strategy: str | None
+    trajectory: int
+    depth: int
+    state: str  # pending | evaluated | duplicate | failed (no candidate could be generated)
+    verdict: str | None = None
+    speedup: float | None = None
+    params: dict[str, Any] | None = None
+
+    @property
+    def score(self) -> float | None:
+        """What the search ranks by: the evaluator's speedup, for candidates it called ok."""
+        return self.speedup if self.state == "evaluated" and self.verdict == "ok" and self.speedup else None
+
+
+@dataclass(frozen=True)
+class Expansion:
+    parent_id: int | None
+    strategy: str
+    trajectory: int
+    params: dict[str, Any] | None = None  # set for parametric moves: the child's tunables
+
+
+# For a node: the strategies that apply to it, in the library's order, each with the tunables it would set
+# (None for strategies only a brain can carry out).
+Options = Callable[[Node], list[tuple[str, dict[str, Any] | None]]]
+# For the autotuner: up to n points of the seed's space, excluding those given.
+Sampler = Callable[[int, random.Random, list[dict[str, Any]]], list[dict[str, Any]]]
+
+
+@dataclass
+class Graph:
+    nodes: list[Node] = field(default_factory=list)
+
+    def children(self, node_id: int | None) -> list[Node]:
+        return [n for n in self.nodes if n.parent_id == node_id]
+
+    @property
+    def pending(self) -> list[Node]:
+        return [n for n in self.nodes if n.state == "pending"]
+
+    @property
+    def evaluations(self) -> int:
+        return sum(n.state == "evaluated" for n in self.nodes)
+
+    def best(self) -> Node | None:
+        """The ok candidate with the highest speedup (the earliest of equals): never worse than any evaluated."""
+        scored = [n for n in self.nodes if n.score is not None]
+        return max(scored, key=lambda n: (n.score, -n.id)) if scored else None
+
+    def known_params(self) -> list[dict[str, Any]]:
+        return [n.params for n in self.nodes if n.params is not None]
+
+
+def _untried(graph: Graph, node: Node, options: Options) -> list[tuple[str, dict[str, Any] | None]]:
+    tried = {c.strategy for c in graph.children(node.id)}
+    known = graph.known_params()
+    return [(sid, params) for sid, params in options(node)
+            if sid not in tried and (params is None or params not in known)]
+
+
+def next_expansions(graph: Graph, config: SearchConfig, options: Options, sampler: Sampler | None = None
+                    ) -> list[Expansion]:
+    """What to create next. Empty with nothing pending: the search is over."""
+    if not graph.nodes:
+        return [Expansion(None, ROOT_STRATEGY, 0)]
+    in_flight = len(graph.pending)
+    left = config.budget - graph.evaluations - in_flight
+    # Duplicates cost no evaluation; a cap on all nodes keeps a run of them from going on for ever.
+    left = min(left, 4 * config.budget - len(graph.nodes))
+    if left <= 0:
+        return []
+    if config.strategy == "tune":
+        return _tune(graph, config, left, sampler)
+    slots = min(left, config.width - in_flight)
+    if slots <= 0:
+        return []
+    if config.strategy == "beam":
+        return _beam(graph, config, options, slots)
+    return _parallel(graph, config, options, slots)
+
+
+REPAIRABLE = ("lowering_error", "compile_error")  # a brain's self-debugger may fix these
+
+
+def _expandable(graph: Graph, config: SearchConfig) -> list[Node]:
+    return [n for n in graph.nodes if n.depth < config.max_depth
+            and (n.score is not None or (n.state == "evaluated" and n.verdict in REPAIRABLE))]
+
+
+def _beam(graph: Graph, config: SearchConfig, options: Options, slots: int) -> list[Expansion]:
+    beam = sorted(_expandable(graph, config), key=lambda n: (-(n.score or 0.0), n.id))[:config.width]
+    queues = {n.id: _untried(graph, n, options) for n in beam}
+    out: list[Expansion] = []
+    taken: list[dict[str, Any]] = []
+    while len(out) < slots and any(queues.values()):
+        for node in beam:
+            while queues[node.id] and len(out) < slots:
+                sid, params = queues[node.id].pop(0)
+                if params is not None and params in taken:
+                    continue
+                if params is not None:
+                    taken.append(params)
+                out.append(Expansion(node.id, sid, node.trajectory, params))
+                break
+    return out
+
+
+def _parallel(graph: Graph, config: SearchConfig, options: Options, slots: int) -> list[Expansion]:
+    root = next(n for n in graph.nodes if n.parent_id is None)
+    busy = {n.trajectory for n in graph.pending}
+    out: list[Expansion] = []
+    taken: list[dict[str, Any]] = []
+    for t in range(config.width):
+        if len(out) >= slots or t in busy:
+            continue
+        mine = [n for n in _expandable(graph, config) if n.trajectory == t or n.id == root.id]
+        own = [n for n in mine if n.id != root.id]
+        head = max(own, key=lambda n: (n.score or 0.0, -n.id)) if own else (root if root in mine else None)
+        if head is None:
+            continue
+        choices = _untried(graph, head, options)
+        if not choices:
+            continue
+        # Each trajectory starts at its own place in the strategy list, so they explore different moves first.
+        start = (t * len(choices)) // config.width
+        for sid, params in choices[start:] + choices[:start]:
+            if params is None or params not in taken:
+                if params is not None:
+                    taken.append(params)
+                out.append(Expansion(head.id, sid, t, params))
+                break
+    return out
+
+
+def _tune(graph: Graph, config: SearchConfig, left: int, sampler: Sampler | None) -> list[Expansion]:
+    root = next(n for n in graph.nodes if n.parent_id is None)
+    if sampler is None:
+        return []
+    rng = random.Random(config.seed * 7919 + len(graph.nodes))
+    return [Expansion(root.id, "tune", 0, params) for params in sampler(left, rng, graph.known_params())]

@@ -1,0 +1,175 @@
+"""`kernelbot search` and `kernelbot bench`: the Search paradigm (and the autotuner) from a terminal, on the
+embedded default (SQLite, a runner in this process)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from sqlmodel import Session
+
+from bot.cli import AsJson, Target, console, err_console, get_settings, run_command
+from bot.render import bench_summary, search_progress_line
+
+_app = typer.Typer()
+
+
+def register(app: typer.Typer) -> None:
+    for command in _app.registered_commands:
+        app.registered_commands.append(command)
+
+
+Strategy = Annotated[str, typer.Option("--strategy", help="beam | parallel | tune (the autotuner: random points of "
+                                       "the seed's TUNABLE space, all at once).")]
+Budget = Annotated[int, typer.Option("--budget", help="Evaluations at most (duplicates stopped at the IR gate "
+                                     "do not count).")]
+Width = Annotated[int, typer.Option("--width", help="Beam width / trajectories / candidates in flight.")]
+Brain = Annotated[str | None, typer.Option("--brain", help="anthropic to let an LLM carry out every strategy "
+                                           "(default: anthropic when ANTHROPIC_API_KEY is set, else only the "
+                                           "parametric strategies on a seed with a TUNABLE space).")]
+
+
+def _search_one(task_dir: Path, *, strategy: str, budget: int, width: int, brain: str | None, seed: Path | None,
+                target: str | None, quiet: bool) -> dict[str, Any]:
+    """Run one search to the end with a local runner; the outcome as JSON (plus the graph picture)."""
+    from agents.brain import Budget as BrainBudget
+    from agents.brains import default_brain, make_brain
+    from agents.local import run_until_settled
+    from agents.search import NODE_JOB, load_graph, outcome, start_search
+    from agents.search_decide import SearchConfig
+    from agents.search_graph import render_search_graph
+    from storage.database import open_database
+    from tpu_runner.hardware import get_chip
+    from tpu_runner.tasks import load_task
+
+    settings = get_settings()
+    task = load_task(task_dir)
+    chip = get_chip(target or settings.default_target)
+    brain_name = brain or (default_brain(settings) if settings.anthropic_api_key else None)
+    if brain_name:
+        make_brain(brain_name, settings, BrainBudget())  # fails now, with its message, if it cannot run here
+    seed_code = seed.read_text() if seed else None
+    engine = open_database(settings)
+    config = SearchConfig(strategy=strategy, budget=budget, width=width)
+    with Session(engine) as s, s.begin():
+        session_id = start_search(s, task=task, target=chip.name, config=config, seed_code=seed_code,
+                                  brain=brain_name)
+    last = [""]
+
+    def show() -> None:
+        with Session(engine) as s:
+            graph, _, _ = load_graph(s, session_id)
+        line = search_progress_line(session_id, graph, budget)
+        if line != last[0] and not quiet:
+            err_console.print(line, soft_wrap=True)
+        last[0] = line
+
+    run_until_settled(engine, settings, session_id, kinds=(NODE_JOB,), workers=max(1, settings.eval_workers),
+                      on_poll=show)
+    with Session(engine) as s:
+        result = outcome(s, session_id)
+        graph, _, _ = load_graph(s, session_id)
+    picture = render_search_graph(graph, settings.artifacts_dir / "sessions" / session_id / "search_graph.png",
+                                  title=f"{task.task_id} on {chip.name}: {strategy} search, {result.evaluations} "
+                                        "evaluations")
+    return {**result.to_json(), "target": chip.name, "graph_png": str(picture)}
+
+
+@_app.command("search")
+def search_command(
+    task: Annotated[Path, typer.Option("--task", help="Task directory.")],
+    strategy: Strategy = "beam",
+    budget: Budget = 12,
+    width: Width = 2,
+    seed: Annotated[Path | None, typer.Option("--seed", help="Start from this kernel (for example the team's "
+                                              "current one); needed without a brain.")] = None,
+    brain: Brain = None,
+    target: Target = None,
+    as_json: AsJson = False,
+) -> None:
+    """Search a graph of candidates: expand the best ones along the strategy library, evaluate each distinct
+    program once, keep the best."""
+
+    def run() -> int:
+        summary = _search_one(task, strategy=strategy, budget=budget, width=width, brain=brain, seed=seed,
+                              target=target, quiet=as_json)
+        if as_json:
+            print(json.dumps(summary, indent=1))
+        elif summary["improved"]:
+            console.print(f"best kernel: x{summary['speedup']:.2f} ({summary['method']}) in {summary['kernel_path']}"
+                          f" via {' -> '.join(summary['best_strategy_path']) or 'the seed'}; "
+                          f"{summary['evaluations']} evaluations, {summary['duplicates']} duplicates not "
+                          f"re-evaluated; graph: {summary['graph_png']}", soft_wrap=True)
+        else:
+            console.print(f"no candidate beat the reference in {summary['evaluations']} evaluations (best verdict: "
+                          f"{summary['verdict']}); graph: {summary['graph_png']}", soft_wrap=True)
+        return 0
+
+    run_command(run)
+
+
+def _suite_tasks(suite: Path) -> list[Path]:
+    from tpu_runner.tasks import TaskError
+
+    if not suite.is_dir():
+        raise TaskError(f"{suite} is not a directory of tasks")
+    found = sorted(p.parent for p in suite.glob("*/kernel_task.yaml"))
+    if not found:
+        raise TaskError(f"{suite} holds no task directories (each needs a kernel_task.yaml)")
+    return found
+
+
+@_app.command("bench")
+def bench_command(
+    suite: Annotated[Path, typer.Option("--suite", help="A directory of task directories.")],
+    mode: Annotated[str, typer.Option("--mode", help="search | auto")] = "search",
+    strategy: Strategy = "beam",
+    budget: Budget = 8,
+    width: Width = 2,
+    brain: Brain = None,
+    only: Annotated[list[str] | None, typer.Option("--only", help="Run only these tasks (repeatable).")] = None,
+    target: Target = None,
+    as_json: AsJson = False,
+) -> None:
+    """Run a paradigm over every task of a suite and report the paper's figures: compiled, correct, geometric
+    mean speedup (failures and regressions count as 1x), fast_1 and fast_2. In search mode a task's
+    solutions/pallas.py, when it has one, is the seed."""
+
+    def run() -> int:
+        if mode not in ("search", "auto"):
+            raise ValueError(f"--mode must be search or auto, not {mode!r}")
+        entries = []
+        for task_dir in _suite_tasks(suite):
+            if only and task_dir.name not in only:
+                continue
+            if not as_json:
+                err_console.print(f"[bold]{task_dir.name}[/bold]: {mode}", soft_wrap=True)
+            try:
+                if mode == "search":
+                    seed = task_dir / "solutions" / "pallas.py"
+                    entry = _search_one(task_dir, strategy=strategy, budget=budget, width=width, brain=brain,
+                                        seed=seed if seed.is_file() else None, target=target, quiet=as_json)
+                else:
+                    from bot.cli_agents import run_auto
+
+                    entry = run_auto(task_dir, brain=brain, budget=budget, target=target, quiet=as_json)
+            except ValueError as exc:  # this task cannot run as asked; the others still do
+                entry = {"task": task_dir.name, "verdict": None, "speedup": None, "method": None,
+                         "kernel_path": None, "evaluations": 0, "error": str(exc)}
+            entries.append(entry)
+        report = {"tasks": entries, "summary": bench_summary(entries)}
+        if as_json:
+            print(json.dumps(report, indent=1))
+        else:
+            s = report["summary"]
+            for e in entries:
+                speed = f"x{e['speedup']:.2f} ({e['method']})" if e.get("speedup") else "-"
+                console.print(f"{e['task']:<22} {e.get('verdict') or 'not run':<15} {speed:<22} "
+                              f"{e.get('evaluations', 0)} evaluations {e.get('error', '')}", soft_wrap=True)
+            console.print(f"{s['tasks']} tasks: {s['compiled']} compiled, {s['correct']} correct, geomean speedup "
+                          f"x{s['geomean_speedup']:.2f}, fast_1 {s['fast_1']:.0%}, fast_2 {s['fast_2']:.0%}")
+        return 0
+
+    run_command(run)

@@ -1,0 +1,128 @@
+"""The Search paradigm end to end: the real evaluator, the real queue and runner daemon, SQLite and PostgreSQL,
+the real Anthropic SDK against the fake Messages API."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+from sqlmodel import Session, select
+
+from agents.local import run_until_settled
+from agents.search import NODE_JOB, NodeRunner, load_graph, outcome, start_search
+from agents.search_decide import SearchConfig
+from storage import queue, sessions
+from storage.database import open_database
+from storage.engine import make_engine
+from storage.migrate import upgrade
+from storage.models import Candidate, Evaluation, Job
+from storage.settings import Settings, load_settings
+from tests.agents.test_auto import BROKEN, GOOD, PLAN, code
+from tests.conftest import TASKS
+from tests.fakes.anthropic_api import API_KEY, fake_anthropic
+from tests.storage.conftest import fresh_database_url
+from tpu_runner.tasks import load_task
+
+SOFTMAX = load_task(TASKS / "softmax")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def search_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
+    for url in fresh_database_url(request.param, tmp_path):
+        engine = make_engine(url)
+        upgrade(engine)  # an operator's `kernelbot db upgrade`
+        engine.dispose()
+        yield load_settings({"KERNELBOT_HOME": str(tmp_path / "home"), "KERNELBOT_DATABASE_URL": url,
+                             "KERNELBOT_EVAL_WORKERS": "2"})
+
+
+def _start(engine: Engine, config: SearchConfig, seed: str | None = GOOD, brain: str | None = None) -> str:
+    with Session(engine) as s, s.begin():
+        return start_search(s, task=SOFTMAX, target="v6e", config=config, seed_code=seed, brain=brain)
+
+
+@pytest.mark.slow
+def test_beam_search_evaluates_each_program_once_and_keeps_the_best(search_settings: Settings) -> None:
+    engine = open_database(search_settings)
+    session_id = _start(engine, SearchConfig("beam", budget=4, width=2))
+    status = run_until_settled(engine, search_settings, session_id, kinds=(NODE_JOB,), workers=2, poll_seconds=0.3)
+    assert status == "done"
+    with Session(engine) as s:
+        result = outcome(s, session_id)
+        graph, candidates, evaluations = load_graph(s, session_id)
+        jobs = s.exec(select(Job).where(Job.session_id == session_id)).all()
+    assert result.evaluations == len(evaluations) <= 4
+    ok = [e.speedup for e in evaluations.values() if e.verdict == "ok"]
+    assert ok and result.speedup == max(ok) and result.verdict == "ok"  # never worse than its best evaluation
+    assert Path(result.kernel_path or "").read_text() == candidates[result.best_candidate_id].code
+    # The seed's row tiles are capped by the block-bytes target, so moving them gives the seed's own program:
+    duplicates = [c for c in candidates.values() if c.duplicate_of is not None]
+    assert duplicates and result.duplicates == len(duplicates)
+    assert all(c.id not in evaluations for c in duplicates)
+    hashes = [candidates[cid].ir_hash for cid in evaluations]
+    assert None not in hashes and len(set(hashes)) == len(hashes)
+    assert all(j.status == "done" for j in jobs) and len(jobs) == len(candidates)
+    assert all(c.strategy for c in candidates.values())
+    assert sum(n.parent_id is None for n in graph.nodes) == 1
+
+
+@pytest.mark.slow
+def test_a_search_resumes_after_its_runner_died_mid_job(tmp_path: Path) -> None:
+    settings = load_settings({"KERNELBOT_HOME": str(tmp_path / "home"),
+                              "KERNELBOT_DATABASE_URL": f"sqlite:///{tmp_path / 'kb.db'}"})
+    engine = open_database(settings)
+    session_id = _start(engine, SearchConfig("tune", budget=3, width=1))
+    with Session(engine) as s, s.begin():
+        # A runner claims every queued job and dies without a word: its leases run out.
+        dead = queue.claim(s, runner_id="dead-runner", kinds=[NODE_JOB], targets=["v6e"], lease_seconds=1, limit=10)
+    assert len(dead) == 3  # the autotuner queued the seed and two points of its space at once
+    status = run_until_settled(engine, settings, session_id, kinds=(NODE_JOB,), workers=2, poll_seconds=0.3)
+    assert status == "done"
+    with Session(engine) as s:
+        result = outcome(s, session_id)
+        graph, candidates, evaluations = load_graph(s, session_id)
+        retried = [s.get(Job, lease.job_id) for lease in dead]
+    assert result.evaluations == 3 and not graph.pending  # duplicates were replaced by fresh points
+    assert all(j is not None and j.status == "done" and j.attempts == 2 for j in retried)
+    # A node whose work is done only tops up: running it again adds nothing.
+    again = NodeRunner(engine=engine, settings=settings, make_brain=lambda record: None)  # type: ignore[arg-type,return-value]
+    again.run(min(candidates))
+    with Session(engine) as s:
+        assert len(s.exec(select(Evaluation)).all()) == len(evaluations)
+        assert sessions.get_session(s, session_id=session_id).status == "done"
+
+
+def test_a_search_that_cannot_start_says_why(tmp_path: Path) -> None:
+    engine = open_database(load_settings({"KERNELBOT_HOME": str(tmp_path)}))
+    with pytest.raises(ValueError, match="needs a seed kernel"):
+        _start(engine, SearchConfig(), seed=None)
+    with pytest.raises(ValueError, match="declares no TUNABLE space"):
+        _start(engine, SearchConfig(), seed="def computation(x):\n    return x\n")
+    with pytest.raises(ValueError, match="TUNABLE declaration is malformed"):
+        _start(engine, SearchConfig(), seed="TUNABLE = {'X': (1,)}\ndef computation(x):\n    return x\n")
+
+
+@pytest.mark.slow
+def test_an_llm_search_repairs_a_broken_root_through_the_self_debugger(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    script = [{"text": PLAN}, {"text": code(BROKEN)}, {"text": code(GOOD)}]
+    with fake_anthropic(script) as fake:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+        settings = load_settings({"KERNELBOT_HOME": str(tmp_path / "home"), "ANTHROPIC_API_KEY": API_KEY,
+                                  "KERNELBOT_DATABASE_URL": f"sqlite:///{tmp_path / 'kb.db'}",
+                                  "KERNELBOT_MODEL": "claude-opus-5-5"})
+        engine = open_database(settings)
+        session_id = _start(engine, SearchConfig("beam", budget=2, width=1), seed=None, brain="anthropic")
+        status = run_until_settled(engine, settings, session_id, kinds=(NODE_JOB,), workers=1, poll_seconds=0.3)
+    assert status == "done"
+    with Session(engine) as s:
+        result = outcome(s, session_id)
+        rows = s.exec(select(Candidate).order_by(Candidate.id)).all()
+        verdicts = [e.verdict for e in s.exec(select(Evaluation).order_by(Evaluation.id)).all()]
+    assert verdicts == ["lowering_error", "ok"]
+    assert [c.strategy for c in rows] == ["seed", "self_debug"] and rows[1].parent_id == rows[0].id
+    assert result.best_candidate_id == rows[1].id and result.improved
+    debug_prompt = fake.requests[2]["body"]["messages"][0]["content"]
+    assert "block_shape" in debug_prompt  # the evaluator's structured error reached the self-debugger

@@ -1,0 +1,59 @@
+"""`kernelbot search` and `kernelbot bench` as a person runs them (no API key: parametric strategies only)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.bot.test_cli import KERNELBOT
+from tests.conftest import REPO, TASKS
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "KERNELBOT_DATABASE_URL")}
+    return env | {"KERNELBOT_HOME": str(home), "KERNELBOT_EVAL_WORKERS": "2"}
+
+
+@pytest.mark.slow
+def test_search_json_reports_the_best_kernel_and_draws_the_graph(tmp_path: Path) -> None:
+    proc = subprocess.run([*KERNELBOT, "search", "--task", str(TASKS / "softmax"), "--seed",
+                           str(TASKS / "softmax/solutions/pallas.py"), "--budget", "3", "--json"],
+                          capture_output=True, text=True, env=_env(tmp_path), timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert {"task", "verdict", "speedup", "method", "kernel_path", "evaluations"} <= set(result)
+    assert result["verdict"] == "ok" and result["method"] == "estimated" and result["evaluations"] <= 3
+    assert Path(result["kernel_path"]).is_file()
+    assert Path(result["graph_png"]).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_search_without_seed_or_brain_says_what_to_do(tmp_path: Path) -> None:
+    proc = subprocess.run([*KERNELBOT, "search", "--task", str(TASKS / "softmax")], capture_output=True, text=True,
+                          env=_env(tmp_path), timeout=120, cwd=REPO)
+    assert proc.returncode == 2 and "needs a seed kernel (--seed FILE) or a brain" in proc.stderr
+
+
+@pytest.mark.slow
+def test_bench_json_gives_the_papers_figures(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    for name in ("softmax", "layer_norm", "cumsum_rows"):  # cumsum_rows has no seed: it cannot run without a brain
+        shutil.copytree(TASKS / name, suite / name)
+    proc = subprocess.run([*KERNELBOT, "bench", "--suite", str(suite), "--budget", "2", "--json"],
+                          capture_output=True, text=True, env=_env(tmp_path / "home"), timeout=900, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    by_task = {t["task"]: t for t in report["tasks"]}
+    assert set(by_task) == {"softmax", "layer_norm", "cumsum_rows"}
+    assert "needs a seed kernel" in by_task["cumsum_rows"]["error"]
+    summary = report["summary"]
+    assert summary["tasks"] == 3 and summary["compiled"] == 2 and summary["correct"] == 2
+    speedups = [max(1.0, by_task[t]["speedup"]) for t in ("softmax", "layer_norm")] + [1.0]
+    assert summary["geomean_speedup"] == pytest.approx(math.prod(speedups) ** (1 / 3))
+    assert summary["fast_1"] == pytest.approx(sum(s > 1 for s in speedups) / 3)
+    assert set(summary) == {"tasks", "compiled", "correct", "geomean_speedup", "fast_1", "fast_2"}
