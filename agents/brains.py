@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from agents.brain import Brain, Budget
 from storage.settings import Settings
+from tpu_runner.hardware import ChipSpec
+from tpu_runner.tasks import Task
 
 BRAINS = ("anthropic", "offline")
+FAMILIES = ("elementwise/broadcast chains, row reductions and normalisations over the last axis, and a matmul or "
+            "batched matmul followed by such a chain")
 
 
 class BrainUnavailable(RuntimeError):
@@ -16,7 +20,8 @@ def default_brain(settings: Settings) -> str:
     return "anthropic" if settings.anthropic_api_key else "offline"
 
 
-def make_brain(name: str, settings: Settings, budget: Budget) -> Brain:
+def make_brain(name: str, settings: Settings, budget: Budget, *, task: Task, chip: ChipSpec) -> Brain:
+    """The brain for one session on one task (the offline brain reads the task's reference itself)."""
     if name == "anthropic":
         if not settings.anthropic_api_key:
             raise BrainUnavailable("the anthropic brain needs ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL for a proxy)")
@@ -27,6 +32,11 @@ def make_brain(name: str, settings: Settings, budget: Budget) -> Brain:
         client = anthropic.Anthropic(api_key=settings.anthropic_api_key, max_retries=0, timeout=300.0)
         return AnthropicBrain(client=client, model=choose_model(client, settings.model), budget=budget)
     if name == "offline":
-        raise BrainUnavailable("the offline brain is not part of this version yet; set ANTHROPIC_API_KEY and use "
-                               "--brain anthropic")
+        from agents.offline.brain import NotRecognised, offline_brain
+
+        try:
+            return offline_brain(task, chip)
+        except NotRecognised as exc:
+            raise BrainUnavailable(f"the offline brain cannot write a kernel for {task.task_id}: {exc}. It writes "
+                                   f"{FAMILIES}; for anything else use --brain anthropic") from exc
     raise BrainUnavailable(f"unknown brain {name!r}; choose one of {', '.join(BRAINS)}")

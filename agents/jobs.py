@@ -42,7 +42,8 @@ def _advance(ctx: JobContext, payload: dict[str, Any], machine: type[AutoLoop]) 
     try:
         task = load_task(task_dir or "")
         brain = make_brain(budget.get("brain") or "anthropic", ctx.settings,
-                           Budget(max_cost_usd=budget.get("max_cost_usd"), max_tokens=budget.get("max_tokens")))
+                           Budget(max_cost_usd=budget.get("max_cost_usd"), max_tokens=budget.get("max_tokens")),
+                           task=task, chip=get_chip(target))
     except (TaskError, BrainUnavailable) as exc:
         raise JobRejected(str(exc)) from exc
     loop = build_loop(machine, engine=engine, brain=brain, task=task, chip=get_chip(target), settings=ctx.settings,
@@ -71,7 +72,8 @@ def search_node_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
     def brain_for(record: KernelSession) -> Brain:
         budget = dict(record.budget or {})
         return make_brain(budget.get("brain") or "anthropic", ctx.settings,
-                          Budget(max_cost_usd=budget.get("max_cost_usd"), max_tokens=budget.get("max_tokens")))
+                          Budget(max_cost_usd=budget.get("max_cost_usd"), max_tokens=budget.get("max_tokens")),
+                          task=load_task(record.task_dir or ""), chip=get_chip(record.target))
 
     runner = NodeRunner(engine=_engine(ctx), settings=ctx.settings, make_brain=brain_for, spares=ctx.spares,
                         runner_id=ctx.runner_id)

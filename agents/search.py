@@ -127,10 +127,14 @@ def load_graph(s: Session, session_id: str) -> tuple[Graph, dict[int, Candidate]
     return Graph(nodes), candidates, evaluations
 
 
-def _options(candidates: dict[int, Candidate], family: str | None, with_brain: bool):
+def _options(candidates: dict[int, Candidate], family: str | None, brain: str | None):
+    """What may be done to a node: parametric moves always; strategies in words only with an LLM brain; repairs
+    of a candidate that failed to lower or compile with any brain (the offline one shrinks its blocks)."""
+    with_llm = brain not in (None, "offline")
+
     def options(node: Node) -> list[tuple[str, dict[str, Any] | None]]:
-        if node.score is None:  # a candidate that failed to lower or compile: only a brain can repair it
-            return [("self_debug", None)] if with_brain else []
+        if node.score is None:
+            return [("self_debug", None)] if brain else []
         code = candidates[node.id].code
         try:
             space = tunable.space(code)
@@ -142,7 +146,7 @@ def _options(candidates: dict[int, Candidate], family: str | None, with_brain: b
             moved = strategy.apply(params, space) if space else None
             if moved is not None:
                 out.append((strategy.id, moved))
-            elif with_brain:
+            elif with_llm:
                 out.append((strategy.id, None))
         return out
 
@@ -176,7 +180,7 @@ def top_up(s: Session, session_id: str, *, task: Task | None = None) -> list[int
     config = SearchConfig(**budget["search"])
     graph, candidates, _ = load_graph(s, session_id)
     root = candidates[min(candidates)]
-    options = _options(candidates, task.family, with_brain=bool(budget.get("brain")))
+    options = _options(candidates, task.family, budget.get("brain"))
     created: list[int] = []
     for exp in next_expansions(graph, config, options, _sampler(root.code)):
         parent = candidates[exp.parent_id] if exp.parent_id is not None else None

@@ -132,8 +132,17 @@ def _expandable(graph: Graph, config: SearchConfig) -> list[Node]:
 
 
 def _beam(graph: Graph, config: SearchConfig, options: Options, slots: int) -> list[Expansion]:
-    beam = sorted(_expandable(graph, config), key=lambda n: (-(n.score or 0.0), n.id))[:config.width]
-    queues = {n.id: _untried(graph, n, options) for n in beam}
+    # The best `width` nodes that still have something untried: an exhausted node gives its place to the next.
+    ranked = sorted(_expandable(graph, config), key=lambda n: (-(n.score or 0.0), n.id))
+    queues: dict[int, list[tuple[str, dict[str, Any] | None]]] = {}
+    beam: list[Node] = []
+    for node in ranked:
+        if len(beam) == config.width:
+            break
+        untried = _untried(graph, node, options)
+        if untried:
+            beam.append(node)
+            queues[node.id] = untried
     out: list[Expansion] = []
     taken: list[dict[str, Any]] = []
     while len(out) < slots and any(queues.values()):

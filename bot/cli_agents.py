@@ -35,7 +35,8 @@ def run_auto(task_dir: Path, *, brain: str | None, budget: int, target: str | No
     settings = get_settings()
     task_obj = load_task(task_dir)
     chip = get_chip(target or settings.default_target)
-    brain_obj = make_brain(brain or default_brain(settings), settings, Budget(max_cost_usd=max_cost))
+    brain_obj = make_brain(brain or default_brain(settings), settings, Budget(max_cost_usd=max_cost), task=task_obj,
+                           chip=chip)
     engine = open_database(settings)
     with Session(engine) as s, s.begin():
         session_id = sessions.create_session(s, mode="auto", task=task_obj.task_id, target=chip.name,
@@ -128,7 +129,7 @@ def chat_command(
         settings = get_settings()
         task_obj = load_task(task)
         chip = get_chip(target or settings.default_target)
-        brain_obj = make_brain(brain or default_brain(settings), settings, Budget())
+        brain_obj = make_brain(brain or default_brain(settings), settings, Budget(), task=task_obj, chip=chip)
         engine = open_database(settings)
         with Session(engine) as s, s.begin():
             session_id = sessions.create_session(s, mode="hitl", task=task_obj.task_id, target=chip.name,

@@ -26,9 +26,10 @@ Strategy = Annotated[str, typer.Option("--strategy", help="beam | parallel | tun
 Budget = Annotated[int, typer.Option("--budget", help="Evaluations at most (duplicates stopped at the IR gate "
                                      "do not count).")]
 Width = Annotated[int, typer.Option("--width", help="Beam width / trajectories / candidates in flight.")]
-Brain = Annotated[str | None, typer.Option("--brain", help="anthropic to let an LLM carry out every strategy "
-                                           "(default: anthropic when ANTHROPIC_API_KEY is set, else only the "
-                                           "parametric strategies on a seed with a TUNABLE space).")]
+Brain = Annotated[str | None, typer.Option("--brain", help="offline | anthropic (default: anthropic when "
+                                           "ANTHROPIC_API_KEY is set, else offline). The offline brain writes the "
+                                           "seed and the search moves its parameters; an LLM also carries out the "
+                                           "strategies that are not parameter moves.")]
 
 
 def _search_one(task_dir: Path, *, strategy: str, budget: int, width: int, brain: str | None, seed: Path | None,
@@ -47,10 +48,11 @@ def _search_one(task_dir: Path, *, strategy: str, budget: int, width: int, brain
     settings = get_settings()
     task = load_task(task_dir)
     chip = get_chip(target or settings.default_target)
-    brain_name = brain or (default_brain(settings) if settings.anthropic_api_key else None)
-    if brain_name:
-        make_brain(brain_name, settings, BrainBudget())  # fails now, with its message, if it cannot run here
+    brain_name = brain or default_brain(settings)
     seed_code = seed.read_text() if seed else None
+    if seed_code is None or brain_name != "offline":
+        # Fails now, with its message, when this brain cannot work on this task here.
+        make_brain(brain_name, settings, BrainBudget(), task=task, chip=chip)
     engine = open_database(settings)
     config = SearchConfig(strategy=strategy, budget=budget, width=width)
     with Session(engine) as s, s.begin():
@@ -84,7 +86,7 @@ def search_command(
     budget: Budget = 12,
     width: Width = 2,
     seed: Annotated[Path | None, typer.Option("--seed", help="Start from this kernel (for example the team's "
-                                              "current one); needed without a brain.")] = None,
+                                              "current one) instead of one the brain writes.")] = None,
     brain: Brain = None,
     target: Target = None,
     as_json: AsJson = False,
@@ -130,14 +132,19 @@ def bench_command(
     width: Width = 2,
     brain: Brain = None,
     only: Annotated[list[str] | None, typer.Option("--only", help="Run only these tasks (repeatable).")] = None,
+    seed_solutions: Annotated[bool, typer.Option("--seed-solutions", help="Search from each task's "
+                                                 "solutions/pallas.py (a person's kernel) instead of the brain's.")
+                              ] = False,
     target: Target = None,
     as_json: AsJson = False,
 ) -> None:
     """Run a paradigm over every task of a suite and report the paper's figures: compiled, correct, geometric
-    mean speedup (failures and regressions count as 1x), fast_1 and fast_2. In search mode a task's
-    solutions/pallas.py, when it has one, is the seed."""
+    mean speedup (failures and regressions count as 1x), fast_1 and fast_2. In search mode the
+    brain writes the seed (or, with --seed-solutions, the task's solutions/pallas.py is the seed)."""
 
     def run() -> int:
+        from agents.brains import BrainUnavailable
+
         if mode not in ("search", "auto"):
             raise ValueError(f"--mode must be search or auto, not {mode!r}")
         entries = []
@@ -150,12 +157,13 @@ def bench_command(
                 if mode == "search":
                     seed = task_dir / "solutions" / "pallas.py"
                     entry = _search_one(task_dir, strategy=strategy, budget=budget, width=width, brain=brain,
-                                        seed=seed if seed.is_file() else None, target=target, quiet=as_json)
+                                        seed=seed if seed_solutions and seed.is_file() else None, target=target,
+                                        quiet=as_json)
                 else:
                     from bot.cli_agents import run_auto
 
                     entry = run_auto(task_dir, brain=brain, budget=budget, target=target, quiet=as_json)
-            except ValueError as exc:  # this task cannot run as asked; the others still do
+            except (ValueError, BrainUnavailable) as exc:  # this task cannot run as asked; the others still do
                 entry = {"task": task_dir.name, "verdict": None, "speedup": None, "method": None,
                          "kernel_path": None, "evaluations": 0, "error": str(exc)}
             entries.append(entry)

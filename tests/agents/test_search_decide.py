@@ -150,3 +150,12 @@ def test_layout_puts_children_right_of_parents_and_apart(tmp_path: Path) -> None
     assert len(set(pos.values())) == 4
     picture = render_search_graph(graph, tmp_path / "g.png", title="t")
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_exhausted_node_gives_its_beam_place_to_the_next_best() -> None:
+    def only_for_node_1(node: Node) -> list[tuple[str, dict | None]]:
+        return [("a", {"X": 1})] if node.id == 1 else []
+
+    graph = Graph([N(1, speedup=1.0), N(2, 1, speedup=3.0, strategy="z", depth=1)])
+    out = next_expansions(graph, SearchConfig("beam", budget=10, width=1), only_for_node_1)
+    assert out == [Expansion(1, "a", 0, {"X": 1})]

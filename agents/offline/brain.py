@@ -1,0 +1,232 @@
+"""The offline brain: no network, deterministic, behind the same interface as the LLM brains.
+
+It reads the reference's program (agents.offline.program), recognises its family (families), chooses parameters
+from the roofline and the VMEM budget (params) and writes the kernel (emit). Each role answers in the same
+form an LLM would, so the planner, implementer, self-debugger and analyst sub-agents work unchanged:
+- planner: a plan in the fixed sections, with the reasons for each parameter and a `Parameters:` line; a
+  revision moves to the next point of its search order, a redirect is read in a small vocabulary (REDIRECTS);
+- implementer: the kernel for the plan's parameters (or, for a search expansion, the strategy's move);
+- debugger: the same kernel with smaller blocks and more scoped VMEM;
+- analyst: where the time goes, from the evaluator's profile summary.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents import strategies, tunable
+from agents.brain import BrainReply, BrainRequest, Usage
+from agents.offline import emit
+from agents.offline.expr import NotRecognised
+from agents.offline.families import Matmul, Spec, recognise
+from agents.offline.params import choose
+from agents.offline.program import trace
+from agents.subagents import AgentAnswerError
+from tpu_runner.hardware import ChipSpec
+from tpu_runner.tasks import Task, abstract_configurations, concrete_configurations, has_test_inputs
+
+REDIRECTS = {
+    "block RxC": "block rows (or M) x columns (or N), e.g. 'block 256x512'",
+    "block_k N": "the K tile of a matmul, e.g. 'block_k 512'",
+    "rows N": "rows per block",
+    "vmem N": "the scoped VMEM limit in MiB, e.g. 'vmem 96'",
+    "smaller / larger blocks": "one step down / up for every block size",
+}
+_PARAMS_LINE = re.compile(r"^Parameters: (\{.*\})\s*$", re.MULTILINE)
+_CODE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
+
+
+def _without_docstring(source: str) -> str:
+    return source.split('"""', 2)[2]
+
+
+def analyse(task: Task, chip: ChipSpec) -> Spec:
+    """The recognised family of a task, checked on every configuration it has (raises NotRecognised)."""
+    programs = [trace(task, c) for c in abstract_configurations(task)]
+    if has_test_inputs(task):
+        programs += [trace(task, c) for c in concrete_configurations(task, "get_test_inputs")]
+    spec = recognise(programs[0])
+    params = choose(spec, chip)[0]
+    kernel = _without_docstring(emit.source(spec, params))
+    for other in programs[1:]:
+        # One kernel serves every shape only if the same code comes out for each: same ops, same constants
+        # (a mean's row length is kept symbolic), the same roles for the inputs.
+        if _without_docstring(emit.source(recognise(other), params)) != kernel:
+            raise NotRecognised("the reference computes differently for its other input shapes (other ops, or "
+                                "constants that depend on the shapes), so one kernel cannot serve them all")
+    return spec
+
+
+def parse_redirect(text: str, params: dict[str, Any], space: dict[str, tuple[Any, ...]]
+                   ) -> tuple[dict[str, Any], list[str], list[str]]:
+    """Apply a person's redirect: (new parameters, what was done, what was not understood)."""
+    out, done, unknown = dict(params), [], []
+    rows_key = "BLOCK_M" if "BLOCK_M" in space else "BLOCK_ROWS"
+    cols_key = "BLOCK_N" if "BLOCK_N" in space else "BLOCK_COLS"
+
+    def put(key: str, value: int, what: str) -> None:
+        if key not in space:
+            unknown.append(f"{what} (this kernel has no {key})")
+            return
+        out[key] = value
+        done.append(f"{key} = {value}")
+
+    for clause in [c.strip() for c in re.split(r"[,;\n]|\band\b", text.lower()) if c.strip()]:
+        if m := re.fullmatch(r"(?:use )?blocks? (\d+)\s*[x×]\s*(\d+)", clause):
+            put(rows_key, int(m.group(1)), clause)
+            put(cols_key, int(m.group(2)), clause)
+        elif m := re.fullmatch(r"(?:use )?block[_ ]k (\d+)", clause):
+            put("BLOCK_K", int(m.group(1)), clause)
+        elif m := re.fullmatch(r"(?:use )?(\d+ rows|rows \d+)(?: per block)?", clause):
+            put(rows_key, int(re.search(r"\d+", m.group(1)).group()), clause)  # type: ignore[union-attr]
+        elif m := re.fullmatch(r"(?:use )?vmem(?: limit)? (\d+)(?: ?mib)?", clause):
+            put("VMEM_LIMIT_BYTES", int(m.group(1)) * 2**20, clause)
+        elif clause in ("smaller blocks", "larger blocks", "bigger blocks"):
+            moved = tunable.step(out, space, ("BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK_ROWS", "BLOCK_COLS"),
+                                 -1 if clause.startswith("smaller") else 1)
+            if moved:
+                out = moved
+                done.append(clause)
+            else:
+                unknown.append(f"{clause} (already at the end of the range)")
+        else:
+            unknown.append(clause)
+    return out, done, unknown
+
+
+@dataclass
+class OfflineBrain:
+    task: Task
+    chip: ChipSpec
+    name: str = "offline"
+    spec: Spec | None = None
+    plans: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.spec is None:
+            self.spec = analyse(self.task, self.chip)
+
+    # -- the roles ----------------------------------------------------------------------------------------------
+    def ask(self, request: BrainRequest) -> BrainReply:
+        handler = {"planner": self._plan, "implementer": self._implement, "debugger": self._debug,
+                   "analyst": self._analyse}.get(request.role)
+        if handler is None:
+            raise AgentAnswerError(f"the offline brain has no {request.role!r} role")
+        return BrainReply(text=handler(request.prompt), usage=Usage(requests=1))
+
+    def _order(self) -> list[dict[str, Any]]:
+        """The plans in the order this brain tries them: its choice, then one strategy move at a time from it."""
+        assert self.spec is not None
+        first, _ = choose(self.spec, self.chip)
+        space = emit.space_of(self.spec)
+        order = [first]
+        for strategy in strategies.LIBRARY:
+            moved = strategy.apply(first, space)
+            if moved is not None and moved not in order:
+                order.append(moved)
+        return order
+
+    def _plan(self, prompt: str) -> str:
+        assert self.spec is not None
+        space = emit.space_of(self.spec)
+        params, reasons = choose(self.spec, self.chip)
+        note = ""
+        if "redirected the work:" in prompt:
+            text = prompt.split("redirected the work:", 1)[1].split("\nFollow it.", 1)[0]
+            base = self.history[-1] if self.history else params
+            params, done, unknown = parse_redirect(text, base, space)
+            note = f"Redirect applied: {', '.join(done) or 'nothing'}."
+            if unknown:
+                note += (f" Not understood: {'; '.join(repr(u) for u in unknown)}. The offline brain understands: "
+                         + "; ".join(f"'{k}' ({v})" for k, v in REDIRECTS.items()) + ".")
+        elif "The previous candidate" in prompt:
+            order = self._order()
+            params = order[min(self.plans, len(order) - 1)]
+            note = (f"Revision {self.plans}: trying point {min(self.plans, len(order) - 1) + 1} of {len(order)} in "
+                    "this brain's order (its first choice, then one strategy move at a time).")
+        self.plans += 1
+        self.history.append(params)
+        return self._render_plan(params, reasons, note)
+
+    def _render_plan(self, params: dict[str, Any], reasons: list[str], note: str) -> str:
+        spec = self.spec
+        assert spec is not None
+        is_matmul = isinstance(spec, Matmul)
+        strategy = ("One pallas_call: a grid over (M, N, K) tiles with an f32 accumulator in VMEM scratch; the "
+                    "epilogue runs on the accumulator at the last K step." if is_matmul else
+                    "One pallas_call over blocks of rows" + (" holding whole rows, so every row reduction "
+                    "happens in VMEM in one pass." if spec.reduces else " and columns; every op of the chain "
+                    "runs on the block in VMEM."))
+        tiling = " ".join(reasons[1:] if len(reasons) > 1 else reasons)
+        pipelining = ("Pallas double-buffers each BlockSpec input: the next tile's DMA overlaps this tile's work. "
+                      + ("The K axis is last and 'arbitrary'; M and N are 'parallel' so megacore chips split them."
+                         if is_matmul else "Both grid axes are 'parallel'."))
+        return "\n\n".join([
+            f"## Analysis\n{spec.describe()} on {self.chip.name}. {reasons[0]}",
+            f"## Strategy\n{strategy}",
+            f"## Tiling and memory\n{tiling}\nParameters: {json.dumps(params, sort_keys=True)}",
+            f"## Pipelining\n{pipelining}",
+            "## Expected impact\nOne pass over HBM for the inputs and the output; fusing the whole chain saves the "
+            "intermediate round trips XLA may make." + (f"\n{note}" if note else ""),
+            "## Risks\nBlocks that do not fit the scoped VMEM fail to compile (the self-debugger then shrinks "
+            "them); ragged sizes are padded to whole blocks, which costs a copy.",
+        ])
+
+    def _implement(self, prompt: str) -> str:
+        assert self.spec is not None
+        if "Apply this optimisation strategy" in prompt:
+            return self._apply_strategy(prompt)
+        found = _PARAMS_LINE.findall(prompt)
+        if not found:
+            raise AgentAnswerError("the plan has no 'Parameters: {...}' line for the offline brain to implement")
+        params = {**choose(self.spec, self.chip)[0], **json.loads(found[-1])}
+        return f"```python\n{emit.source(self.spec, params)}```"
+
+    def _apply_strategy(self, prompt: str) -> str:
+        code_blocks = _CODE.findall(prompt)
+        if not code_blocks:
+            raise AgentAnswerError("no candidate to apply the strategy to")
+        code = code_blocks[0]
+        title = prompt.split("Apply this optimisation strategy to it - ", 1)[1].split(":", 1)[0]
+        chosen = next((s for s in strategies.LIBRARY if s.title == title), None)
+        space = tunable.space(code)
+        moved = chosen.apply(tunable.current(code), space) if chosen and space else None
+        if moved is None:
+            raise AgentAnswerError(f"the offline brain cannot carry out '{title}' on this kernel")
+        return f"```python\n{tunable.with_params(code, moved)}```"
+
+    def _debug(self, prompt: str) -> str:
+        code_blocks = _CODE.findall(prompt)
+        if not code_blocks:
+            raise AgentAnswerError("no candidate to debug")
+        code = code_blocks[0]
+        space = tunable.space(code)
+        params = tunable.current(code) if space else {}
+        moved = tunable.step(params, space, ("BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK_ROWS", "BLOCK_COLS"), -1) \
+            if space else None
+        if moved is None:
+            raise AgentAnswerError("the offline brain has no smaller configuration of this kernel to try")
+        bigger = tunable.step(moved, space, ("VMEM_LIMIT_BYTES",), +1)
+        return f"```python\n{tunable.with_params(code, bigger or moved)}```"
+
+    def _analyse(self, prompt: str) -> str:
+        text = prompt.lower()
+        bound = "memory" if "memory" in text and "compute" not in text.split("memory")[0][-40:] else "compute"
+        roof = re.search(r"(\d+)% of roofline", prompt)
+        where = f"at {roof.group(1)}% of the roofline" if roof else "against the roofline"
+        advice = ("larger blocks (fewer grid steps, longer DMAs)" if bound == "memory"
+                  else "larger M/N tiles for more reuse per byte")
+        return f"The kernel is {bound}-bound {where}; next, try {advice}."
+
+
+def offline_brain(task: Task, chip: ChipSpec) -> OfflineBrain:
+    """The offline brain for a task, or NotRecognised saying why it cannot write one."""
+    return OfflineBrain(task=task, chip=chip)
+
+
+__all__ = ["REDIRECTS", "NotRecognised", "OfflineBrain", "analyse", "offline_brain",
+           "parse_redirect"]

@@ -1,0 +1,275 @@
+"""Pallas TPU kernel source for a recognised family and a choice of parameters.
+
+The module written is self-contained (the evaluator loads it alone), declares its TUNABLE space so the search and
+the autotuner can move it without a brain, pads ragged dimensions to whole blocks outside the kernel, and tells
+XLA its cost with pl.CostEstimate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.offline.expr import COL, FLOAT_DTYPES, FULL, ROW, SCALAR, BlockCode
+from agents.offline.families import Matmul, Operand, Rowwise, Spec
+from agents.offline.program import Op
+
+_TRANSCENDENTAL = {"exp", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "rsqrt", "erf", "sin", "cos",
+                   "exp2", "tan", "pow"}
+
+_HELPERS = '''
+
+def _block(dim, want, align):
+    """All of a dimension when it fits in `want`, else the largest aligned divisor up to `want`, else `want`
+    rounded to the alignment (the array is then padded to whole blocks)."""
+    if dim <= want:
+        return dim
+    size = max(align, want - want % align)
+    b = size
+    while b >= align:
+        if dim % b == 0:
+            return b
+        b -= align
+    return size
+
+
+def _padded(x, axis, size):
+    if x.shape[axis] == size:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, size - x.shape[axis])
+    return jnp.pad(x, widths)
+
+
+def _round_up(n, b):
+    return -(-n // b) * b
+'''
+
+
+def _tunable(space: dict[str, tuple[Any, ...]], params: dict[str, Any]) -> str:
+    lines = ["# The search and the autotuner vary these (agents.tunable); the values below are this plan's.",
+             "TUNABLE = {"]
+    lines += [f'    "{name}": {tuple(values)!r},' for name, values in space.items()]
+    lines.append("}")
+    lines += [f"{name} = {params[name]!r}" for name in space]
+    return "\n".join(lines)
+
+
+def _header(title: str, spec: Spec) -> str:
+    return (f'"""Pallas TPU kernel written by kernelbot\'s offline brain: {title}.\n\n'
+            f'Recognised: {spec.describe()}.\n"""\n\nimport jax\nimport jax.numpy as jnp\nfrom jax import lax\n'
+            "from jax.experimental import pallas as pl\nfrom jax.experimental.pallas import tpu as pltpu\n\n")
+
+
+def _body(code: BlockCode, indent: str) -> str:
+    return "\n".join(f"{indent}{line}" for line in code.lines)
+
+
+def _load(operand: Operand, ref: str) -> str:
+    cast = ".astype(jnp.float32)" if operand.value.dtype in FLOAT_DTYPES else ""
+    return f"{ref}[...]{cast}"
+
+
+def _flops(ops: tuple[Op, ...]) -> tuple[int, int]:
+    transcendental = sum(op.prim in _TRANSCENDENTAL for op in ops)
+    return max(1, len(ops) - transcendental), transcendental
+
+
+def _signature(n_inputs: int, n_static: int) -> list[str]:
+    return [f"a{i}" for i in range(n_inputs)] + [f"s{i}" for i in range(n_static)]
+
+
+def _align(dtype: str) -> int:
+    return {"bfloat16": 16, "float16": 16, "int8": 32}.get(dtype, 8)
+
+
+# -- rowwise ----------------------------------------------------------------------------------------------------
+def rowwise_space(spec: Rowwise) -> dict[str, tuple[Any, ...]]:
+    space: dict[str, tuple[Any, ...]] = {"BLOCK_ROWS": (8, 16, 32, 64, 128, 256, 512, 1024, 2048)}
+    if not spec.reduces:
+        space["BLOCK_COLS"] = (128, 256, 512, 1024, 2048, 4096, 8192)
+    space["VMEM_LIMIT_BYTES"] = tuple(m * 2**20 for m in (16, 32, 64, 100))
+    return space
+
+
+def rowwise_source(spec: Rowwise, params: dict[str, Any]) -> str:
+    names = [f"x{o.index}_ref" for o in spec.operands]
+    full = next(o for o in spec.operands if o.kind == FULL)
+    code = BlockCode(main=spec.main, names={}, kinds={}, lines=[], cols=f"x{full.index}_ref.shape[-1]")
+    for operand, ref in zip(spec.operands, names, strict=True):
+        code.bind(operand.value, _load(operand, ref), operand.kind)
+    for op in spec.ops:
+        code.emit(op)
+    result = code.ref(spec.output)
+    ops_per_element, transcendental = _flops(spec.ops)
+    out_cols = "cols_p" if spec.out_kind == FULL else "1"
+    out_block = "(br, bc)" if spec.out_kind == FULL else "(br, 1)"
+    out_index = "lambda i, j: (i, j)" if spec.out_kind == FULL else "lambda i, j: (i, 0)"
+    shaped = {FULL: "a{i}.reshape(rows, cols)", ROW: "a{i}.reshape(rows, 1)", COL: "a{i}.reshape(1, cols)",
+              SCALAR: "jnp.reshape(a{i}, (1, 1))"}
+    pads = {FULL: "_padded(_padded({x}, 0, rows_p), 1, cols_p)", ROW: "_padded({x}, 0, rows_p)",
+            COL: "_padded({x}, 1, cols_p)", SCALAR: "{x}"}
+    specs = {FULL: "pl.BlockSpec((br, bc), lambda i, j: (i, j))", ROW: "pl.BlockSpec((br, 1), lambda i, j: (i, 0))",
+             COL: "pl.BlockSpec((1, bc), lambda i, j: (0, j))", SCALAR: "pl.BlockSpec((1, 1), lambda i, j: (0, 0))"}
+    args = ", ".join(_signature(spec.n_inputs, spec.n_static))
+    prepared = "\n".join(f"    x{o.index} = {pads[o.kind].format(x=shaped[o.kind].format(i=o.index))}"
+                         for o in spec.operands)
+    in_specs = ", ".join(specs[o.kind] for o in spec.operands)
+    reshape_back = "main" if spec.out_kind == FULL else "main[:-1]"
+    cols_choice = "cols" if spec.reduces else "_block(cols, BLOCK_COLS, 128)"
+    space = rowwise_space(spec)
+    return (_header("a row-wise kernel", spec) + _tunable(space, params) + "\n" + _HELPERS + f'''
+
+def _kernel({", ".join(names)}, o_ref):
+{_body(code, "    ")}
+    o_ref[...] = jnp.broadcast_to({result}, o_ref.shape).astype(o_ref.dtype)
+
+
+def computation({args}):
+    main = a{full.index}.shape
+    cols = main[-1]
+    rows = a{full.index}.size // cols
+    br = _block(rows, BLOCK_ROWS, {_align(full.value.dtype)})
+    bc = {cols_choice}
+    rows_p, cols_p = _round_up(rows, br), _round_up(cols, bc)
+{prepared}
+    out = pl.pallas_call(
+        _kernel,
+        grid=(rows_p // br, cols_p // bc),
+        in_specs=[{in_specs}],
+        out_specs=pl.BlockSpec({out_block}, {out_index}),
+        out_shape=jax.ShapeDtypeStruct((rows_p, {out_cols}), jnp.{spec.output.dtype}),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel"),
+                                             vmem_limit_bytes=VMEM_LIMIT_BYTES),
+        cost_estimate=pl.CostEstimate(
+            flops={ops_per_element} * rows * cols, transcendentals={transcendental} * rows * cols,
+            bytes_accessed={" + ".join(f"x{o.index}.size * x{o.index}.dtype.itemsize" for o in spec.operands)}
+            + rows * {out_cols.replace("cols_p", "cols")} * {_itemsize(spec.output.dtype)}),
+    )({", ".join(f"x{o.index}" for o in spec.operands)})
+    return out[:rows, :{"cols" if spec.out_kind == FULL else "1"}].reshape({reshape_back})
+''')
+
+
+def _itemsize(dtype: str) -> int:
+    return {"bfloat16": 2, "float16": 2, "float64": 8, "int8": 1}.get(dtype, 4)
+
+
+# -- matmul + epilogue ------------------------------------------------------------------------------------------
+def matmul_space(spec: Matmul) -> dict[str, tuple[Any, ...]]:
+    space: dict[str, tuple[Any, ...]] = {"BLOCK_M": (64, 128, 256, 512, 1024, 2048)}
+    if not spec.reduces:
+        space["BLOCK_N"] = (128, 256, 512, 1024, 2048)
+    space["BLOCK_K"] = (128, 256, 512, 1024, 2048)
+    space["VMEM_LIMIT_BYTES"] = tuple(m * 2**20 for m in (16, 32, 64, 100))
+    return space
+
+
+def matmul_source(spec: Matmul, params: dict[str, Any]) -> str:
+    extra = [f"e{o.index}_ref" for o in spec.operands]
+    code = BlockCode(main=spec.main, names={}, kinds={}, lines=[], cols="acc_ref.shape[-1]")
+    code.bind(spec.dot_out, "acc_ref[...]", FULL)
+    for operand, ref in zip(spec.operands, extra, strict=True):
+        code.bind(operand.value, _load(operand, ref), operand.kind)
+    for op in spec.epilogue:
+        code.emit(op)
+    result = code.ref(spec.output)
+    b = "None, " if spec.batched else ""
+    g = "bb, " if spec.batched else ""
+    kk_axis = 3 if spec.batched else 2
+    lhs_spec = f"pl.BlockSpec(({b}bm, bk), lambda {g}i, j, kk: ({g}i, kk))"
+    rhs_spec = (f"pl.BlockSpec(({b}bn, bk), lambda {g}i, j, kk: ({g}j, kk))" if spec.rhs_transposed
+                else f"pl.BlockSpec(({b}bk, bn), lambda {g}i, j, kk: ({g}kk, j))")
+    dims = "(((1,), (1,)), ((), ()))" if spec.rhs_transposed else "(((1,), (0,)), ((), ()))"
+    lead = "bsz, " if spec.batched else ""
+    shaped = {FULL: f"a{{i}}.reshape({lead}m, n)", ROW: f"a{{i}}.reshape({lead}m, 1)", COL: "a{i}.reshape(1, n)",
+              SCALAR: "jnp.reshape(a{i}, (1, 1))"}
+    ax = 1 if spec.batched else 0
+    pads = {FULL: f"_padded(_padded({{x}}, {ax}, m_p), {ax + 1}, n_p)", ROW: f"_padded({{x}}, {ax}, m_p)",
+            COL: "_padded({x}, 1, n_p)", SCALAR: "{x}"}
+    specs = {FULL: f"pl.BlockSpec(({b}bm, bn), lambda {g}i, j, kk: ({g}i, j))",
+             ROW: f"pl.BlockSpec(({b}bm, 1), lambda {g}i, j, kk: ({g}i, 0))",
+             COL: f"pl.BlockSpec((1, bn), lambda {g}i, j, kk: (0, j))",
+             SCALAR: f"pl.BlockSpec((1, 1), lambda {g}i, j, kk: (0, 0))"}
+    args = ", ".join(_signature(spec.n_inputs, spec.n_static))
+    prepared = "\n".join(f"    e{o.index} = {pads[o.kind].format(x=shaped[o.kind].format(i=o.index))}"
+                         for o in spec.operands)
+    in_specs = ", ".join([lhs_spec, rhs_spec] + [specs[o.kind] for o in spec.operands])
+    lhs_i, rhs_i = spec.lhs.index, spec.rhs.index
+    same = spec.lhs.value.dtype == spec.rhs.value.dtype
+    cast = "" if same else ".astype(jnp.float32)"
+    precision = "lax.Precision.HIGHEST" if spec.highest else "None"
+    n_choice = "n" if spec.reduces else "_block(n, BLOCK_N, 128)"
+    out_cols = "n_p" if spec.out_kind == FULL else "1"
+    out_spec = (f"pl.BlockSpec(({b}bm, bn), lambda {g}i, j, kk: ({g}i, j))" if spec.out_kind == FULL
+                else f"pl.BlockSpec(({b}bm, 1), lambda {g}i, j, kk: ({g}i, 0))")
+    grid = "(bsz, m_p // bm, n_p // bn, k_p // bk)" if spec.batched else "(m_p // bm, n_p // bn, k_p // bk)"
+    semantics = ('("parallel", "parallel", "parallel", "arbitrary")' if spec.batched
+                 else '("parallel", "parallel", "arbitrary")')
+    if spec.batched:
+        setup = (f"    bsz, m, k = a{lhs_i}.shape\n    n = a{rhs_i}.shape[{1 if spec.rhs_transposed else 2}]\n"
+                 f"    lhs = a{lhs_i}\n")
+        lhs_pad = "_padded(_padded(lhs, 1, m_p), 2, k_p)"
+        rhs_pad = (f"_padded(_padded(a{rhs_i}, 1, n_p), 2, k_p)" if spec.rhs_transposed
+                   else f"_padded(_padded(a{rhs_i}, 1, k_p), 2, n_p)")
+        out_shape = f"(bsz, m_p, {out_cols})"
+        crop = f"out[:, :m, :{'n' if spec.out_kind == FULL else '1'}]"
+    else:
+        setup = (f"    k = a{lhs_i}.shape[-1]\n    n = a{rhs_i}.shape[{0 if spec.rhs_transposed else 1}]\n"
+                 f"    lhs = a{lhs_i}.reshape(-1, k)\n    m = lhs.shape[0]\n")
+        lhs_pad = "_padded(_padded(lhs, 0, m_p), 1, k_p)"
+        rhs_pad = (f"_padded(_padded(a{rhs_i}, 0, n_p), 1, k_p)" if spec.rhs_transposed
+                   else f"_padded(_padded(a{rhs_i}, 0, k_p), 1, n_p)")
+        out_shape = f"(m_p, {out_cols})"
+        crop = f"out[:m, :{'n' if spec.out_kind == FULL else '1'}]"
+    main_shape = f"a{lhs_i}.shape[:-1] + (n,)"
+    final = main_shape if spec.out_kind == FULL else f"a{lhs_i}.shape[:-1]"
+    ops_per_element, transcendental = _flops(spec.epilogue)
+    batch = "bsz * " if spec.batched else ""
+    space = matmul_space(spec)
+    return (_header("a matmul with its epilogue fused", spec) + _tunable(space, params) + "\n" + _HELPERS + f'''
+
+def _kernel(lhs_ref, rhs_ref, {"".join(r + ", " for r in extra)}o_ref, acc_ref):
+    kk = pl.program_id({kk_axis})
+
+    @pl.when(kk == 0)
+    def _init():
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    acc_ref[...] += lax.dot_general(lhs_ref[...]{cast}, rhs_ref[...]{cast}, {dims}, precision={precision},
+                                    preferred_element_type=jnp.float32)
+
+    @pl.when(kk == pl.num_programs({kk_axis}) - 1)
+    def _epilogue():
+{_body(code, "        ")}
+        o_ref[...] = jnp.broadcast_to({result}, o_ref.shape).astype(o_ref.dtype)
+
+
+def computation({args}):
+{setup}    bm = _block(m, BLOCK_M, {_align(spec.lhs.value.dtype)})
+    bn = {n_choice}
+    bk = _block(k, BLOCK_K, 128)
+    m_p, n_p, k_p = _round_up(m, bm), _round_up(n, bn), _round_up(k, bk)
+{prepared}
+    out = pl.pallas_call(
+        _kernel,
+        grid={grid},
+        in_specs=[{in_specs}],
+        out_specs={out_spec},
+        out_shape=jax.ShapeDtypeStruct({out_shape}, jnp.{spec.output.dtype}),
+        scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(dimension_semantics={semantics},
+                                             vmem_limit_bytes=VMEM_LIMIT_BYTES),
+        cost_estimate=pl.CostEstimate(
+            flops={batch}(2 * m * n * k + {ops_per_element} * m * n), transcendentals={batch}{transcendental} * m * n,
+            bytes_accessed=lhs.size * lhs.dtype.itemsize * (n_p // bn) + a{rhs_i}.size * a{rhs_i}.dtype.itemsize
+            * (m_p // bm) + {batch}m * n * {_itemsize(spec.output.dtype)}),
+    )({lhs_pad}, {rhs_pad}{"".join(", e" + str(o.index) for o in spec.operands)})
+    return {crop}.reshape({final})
+''')
+
+
+def source(spec: Spec, params: dict[str, Any]) -> str:
+    return matmul_source(spec, params) if isinstance(spec, Matmul) else rowwise_source(spec, params)
+
+
+def space_of(spec: Spec) -> dict[str, tuple[Any, ...]]:
+    return matmul_space(spec) if isinstance(spec, Matmul) else rowwise_space(spec)

@@ -1,0 +1,189 @@
+"""Reference ops as code on VMEM blocks.
+
+Every value of a recognised program is one of four kinds relative to the kernel's main array (the output tile):
+FULL (the main shape: a (rows, cols) block), ROW (one value per row: a (rows, 1) block), COL (one per column:
+a (1, cols) block) or SCALAR. In those block forms numpy broadcasting does what the reference's explicit
+broadcasts did, so broadcasts and keep-dims reshapes become plain aliases and the code is shape-free: the same
+kernel serves every size. Floating-point work is done in f32 (v5e has no bf16 VPU, and f32 keeps epilogues
+within tolerance); the result is cast to the output dtype once, at the store.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from agents.offline.program import Arg, Op, Value
+
+FULL, ROW, COL, SCALAR = "full", "row", "col", "scalar"
+
+
+class NotRecognised(Exception):
+    """The reference falls outside the families the offline brain writes kernels for; the message says why."""
+
+
+def kind_of(shape: tuple[int, ...], main: tuple[int, ...]) -> str | None:
+    if shape == main:
+        return FULL
+    if all(d == 1 for d in shape):
+        return SCALAR
+    if shape in (main[:-1], main[:-1] + (1,)):
+        return ROW
+    if shape and shape[-1] == main[-1] and all(d == 1 for d in shape[:-1]):
+        return COL
+    return None
+
+
+_UNARY = {
+    "exp": "jnp.exp({0})", "log": "jnp.log({0})", "log1p": "jnp.log1p({0})", "expm1": "jnp.expm1({0})",
+    "tanh": "jnp.tanh({0})", "logistic": "(1.0 / (1.0 + jnp.exp(-{0})))", "sqrt": "jnp.sqrt({0})",
+    "rsqrt": "lax.rsqrt({0})", "abs": "jnp.abs({0})", "neg": "(-{0})", "sign": "jnp.sign({0})",
+    "floor": "jnp.floor({0})", "ceil": "jnp.ceil({0})", "round": "jnp.round({0})", "sin": "jnp.sin({0})",
+    "cos": "jnp.cos({0})", "erf": "lax.erf({0})", "square": "({0} * {0})", "not": "jnp.logical_not({0})",
+    "is_finite": "jnp.isfinite({0})", "exp2": "jnp.exp2({0})", "tan": "jnp.tan({0})",
+    "stop_gradient": "{0}", "copy": "{0}", "copy_p": "{0}", "reduce_precision": "{0}",
+    "optimization_barrier": "{0}",
+}
+_BINARY = {
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
+    "max": "jnp.maximum({0}, {1})", "min": "jnp.minimum({0}, {1})", "pow": "jnp.power({0}, {1})",
+    "rem": "lax.rem({0}, {1})", "atan2": "jnp.arctan2({0}, {1})", "and": "({0} & {1})", "or": "({0} | {1})",
+    "xor": "({0} ^ {1})", "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})",
+    "le": "({0} <= {1})", "gt": "({0} > {1})", "ge": "({0} >= {1})",
+}
+_REDUCE = {"reduce_sum": "jnp.sum", "reduce_max": "jnp.max", "reduce_min": "jnp.min"}
+_ALIASES = ("broadcast_in_dim", "reshape", "squeeze", "expand_dims")
+_FAMILY_HINTS = {
+    "conv_general_dilated": "a convolution", "cumsum": "a scan", "cumprod": "a scan", "cummax": "a scan",
+    "cumlogsumexp": "a scan", "gather": "a gather", "scatter": "a scatter", "scatter-add": "a scatter",
+    "dynamic_slice": "a data-dependent slice", "dynamic_update_slice": "a data-dependent update",
+    "sort": "a sort", "top_k": "a top-k", "argmax": "an arg-reduction", "argmin": "an arg-reduction",
+    "while": "a loop", "scan": "a scan", "cond": "a data-dependent branch", "dot_general": "another matmul",
+    "transpose": "a transpose", "iota": "index arithmetic (masks)", "concatenate": "a concatenation",
+    "pad": "padding", "slice": "a slice",
+}
+FLOAT_DTYPES = ("float32", "bfloat16", "float16", "float64")
+
+
+def unsupported(prim: str, where: str) -> NotRecognised:
+    what = _FAMILY_HINTS.get(prim, f"the primitive {prim}")
+    return NotRecognised(f"{where} uses {what} ({prim}), which the offline brain does not write kernels for")
+
+
+def literal(value: float | int | bool) -> str:
+    if isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, float):
+        if math.isinf(value):
+            return "jnp.inf" if value > 0 else "-jnp.inf"
+        if math.isnan(value):
+            return "jnp.nan"
+        return repr(value)
+    return repr(value)
+
+
+@dataclass
+class BlockCode:
+    """Lines computing block values; names maps value ids to the expression that holds them."""
+
+    main: tuple[int, ...]
+    names: dict[int, str]
+    kinds: dict[int, str]
+    lines: list[str]
+    cols: str = ""  # an expression for the row length inside the kernel (rows are whole when they are reduced)
+
+    def ref(self, arg: Arg) -> str:
+        if isinstance(arg, Value):
+            return self.names[arg.id]
+        return literal(arg)
+
+    def kind(self, arg: Arg) -> str:
+        return self.kinds[arg.id] if isinstance(arg, Value) else SCALAR
+
+    def bind(self, value: Value, expr: str, kind: str) -> None:
+        name = f"v{value.id}"
+        self.lines.append(f"{name} = {expr}")
+        self.names[value.id], self.kinds[value.id] = name, kind
+
+    def alias(self, value: Value, source: Arg, kind: str) -> None:
+        if isinstance(source, Value):
+            self.names[value.id], self.kinds[value.id] = self.names[source.id], kind
+        else:
+            self.bind(value, literal(source), kind)
+
+    def _row_length(self, prim: str, arg: Arg, text: str) -> str:
+        """A mean over the row divides by its length: keep that length symbolic, so the kernel serves any width."""
+        length = float(self.main[-1])
+        if isinstance(arg, float) and prim == "div" and arg == length:
+            return f"float({self.cols})"
+        if isinstance(arg, float) and prim == "mul" and math.isclose(arg, 1.0 / length, rel_tol=1e-6):
+            return f"(1.0 / {self.cols})"
+        return text
+
+    def _kind(self, op: Op) -> str | None:
+        """The kind of an op's result: full-rank shapes say it themselves; others keep their source's kind."""
+        if len(op.out.shape) == len(self.main):
+            return kind_of(op.out.shape, self.main)
+        if op.prim in _REDUCE:
+            return ROW
+        kinds = {self.kind(a) for a in op.args if isinstance(a, Value)}
+        if not kinds:
+            return kind_of(op.out.shape, self.main)
+        return FULL if FULL in kinds or kinds == {ROW, COL} else (kinds - {SCALAR} or {SCALAR}).pop()
+
+    def emit(self, op: Op) -> None:
+        kind = self._kind(op)
+        where = f"the reference's {op.prim} on {op.out.dtype}{list(op.out.shape)}"
+        if kind is None:
+            raise NotRecognised(f"{where} is neither per element, per row nor per column of the output "
+                                f"{list(self.main)}; the offline brain writes row-wise kernels")
+        if op.prim in _ALIASES:
+            source = op.args[0]
+            if isinstance(source, Value) and self.kind(source) == FULL and kind != FULL:
+                raise NotRecognised(f"{where} reshapes the per-element data; the offline brain keeps the layout")
+            self.alias(op.out, source, kind)
+        elif op.prim == "convert_element_type":
+            new = str(op.params["new_dtype"])
+            expr = self.ref(op.args[0])
+            self.bind(op.out, expr if new in FLOAT_DTYPES else f"{expr}.astype(jnp.{new})", kind)
+        elif op.prim in _UNARY:
+            self.bind(op.out, _UNARY[op.prim].format(self.ref(op.args[0])), kind)
+        elif op.prim == "integer_pow":
+            self.bind(op.out, f"lax.integer_pow({self.ref(op.args[0])}, {int(op.params['y'])})", kind)
+        elif op.prim in _BINARY:
+            left, right = self.ref(op.args[0]), self.ref(op.args[1])
+            if self.cols and op.prim in ("div", "mul") and self.kind(op.args[0]) == ROW:
+                right = self._row_length(op.prim, op.args[1], right)
+            self.bind(op.out, _BINARY[op.prim].format(left, right), kind)
+        elif op.prim == "select_n":
+            if len(op.args) != 3:
+                raise unsupported("select_n", "a select with more than two cases")
+            pred, false, true = (self.ref(a) for a in op.args)
+            self.bind(op.out, f"jnp.where({pred}, {true}, {false})", kind)
+        elif op.prim == "clamp":
+            low, x, high = (self.ref(a) for a in op.args)
+            self.bind(op.out, f"jnp.clip({x}, {low}, {high})", kind)
+        elif op.prim in _REDUCE:
+            axes = tuple(op.params.get("axes", ()))
+            source = op.args[0]
+            rank = len(self.main)
+            if axes != (rank - 1,) or self.kind(source) != FULL:
+                raise NotRecognised(f"{where} reduces over axes {list(axes)} of {list(self.main)}; the offline brain "
+                                    "writes kernels that reduce over the last axis (rows) only")
+            self.bind(op.out, f"{_REDUCE[op.prim]}({self.ref(source)}, axis=-1, keepdims=True)", ROW)
+        else:
+            raise unsupported(op.prim, "the reference")
+
+
+def input_kind(value: Value, main: tuple[int, ...], users: list[Op]) -> str | None:
+    """An input's kind; a vector as long as both the rows and the columns is told apart by how it is broadcast."""
+    if len(value.shape) == 1 and len(main) >= 2 and value.shape[0] == main[-1] == main[-2]:
+        for op in users:
+            if op.prim == "broadcast_in_dim":
+                dims = tuple(op.params.get("broadcast_dimensions", ()))
+                return COL if dims == (len(op.out.shape) - 1,) else ROW
+    return kind_of(value.shape, main)
+
+
+def has_row_reduction(ops: list[Op]) -> bool:
+    return any(op.prim in _REDUCE for op in ops)

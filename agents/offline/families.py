@@ -1,0 +1,207 @@
+"""Recognising a reference's kernel family from its program, by structure.
+
+- rowwise: elementwise and broadcast chains over one main array, with reductions over its last axis allowed
+  anywhere (softmax, log-sum-exp, layer/RMS norm, ...); per-column vectors (bias, gamma) and per-row values
+  ride along.
+- matmul: one matmul (2-D, or batched over a leading axis) whose output feeds any such chain: the epilogue,
+  fused into the kernel and computed on the f32 accumulator in VMEM.
+Everything else gets a NotRecognised that names what it met.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agents.brains import FAMILIES as FAMILIES_TEXT
+from agents.offline.expr import (
+    FLOAT_DTYPES,
+    FULL,
+    ROW,
+    BlockCode,
+    NotRecognised,
+    has_row_reduction,
+    input_kind,
+    kind_of,
+)
+from agents.offline.program import Op, Program, Value
+
+
+@dataclass(frozen=True)
+class Operand:
+    index: int  # position among computation's dynamic arguments
+    kind: str  # full | row | col | scalar relative to the main array
+    value: Value
+
+
+@dataclass(frozen=True)
+class Rowwise:
+    main: tuple[int, ...]
+    operands: tuple[Operand, ...]
+    ops: tuple[Op, ...]
+    output: Value
+    out_kind: str
+    reduces: bool
+    n_inputs: int
+    n_static: int
+
+    family = "rowwise"
+
+    def describe(self) -> str:
+        kind = "row reduction / normalisation" if self.reduces else "elementwise chain"
+        return f"{kind} over {self.output.dtype}{list(self.main)} ({len(self.ops)} ops)"
+
+
+@dataclass(frozen=True)
+class Matmul:
+    main: tuple[int, ...]  # the matmul's output shape
+    lhs: Operand
+    rhs: Operand
+    rhs_transposed: bool  # rhs is (N, K)
+    batched: bool  # (B, M, K) x (B, K, N)
+    m: int
+    k: int
+    n: int
+    highest: bool  # the reference asked for Precision.HIGHEST
+    dot_out: Value
+    operands: tuple[Operand, ...]  # epilogue inputs
+    epilogue: tuple[Op, ...]
+    output: Value
+    out_kind: str
+    reduces: bool
+    n_inputs: int
+    n_static: int
+
+    family = "matmul"
+
+    def describe(self) -> str:
+        shape = f"{'batched ' if self.batched else ''}{self.m}x{self.k} @ {self.k}x{self.n}"
+        epi = f" + {len(self.epilogue)}-op epilogue" + (" with row reductions" if self.reduces else "") \
+            if self.epilogue else ""
+        return f"matmul {shape} ({self.lhs.value.dtype}){epi}"
+
+
+Spec = Rowwise | Matmul
+
+
+def _single_output(program: Program) -> Value:
+    if len(program.outputs) != 1 or not isinstance(program.outputs[0], Value):
+        raise NotRecognised("the reference returns several values (or a constant); the offline brain writes "
+                            "kernels with one output")
+    out = program.outputs[0]
+    if out.dtype not in FLOAT_DTYPES:
+        raise NotRecognised(f"the reference returns {out.dtype}; the offline brain writes floating-point kernels")
+    return out
+
+
+def _check_ops(ops: list[Op], main: tuple[int, ...], seeded: dict[int, str]) -> None:
+    """Dry-run the block emitter so every op is known to be expressible (raises NotRecognised)."""
+    code = BlockCode(main=main, names={i: f"x{i}" for i in seeded}, kinds=dict(seeded), lines=[])
+    for op in ops:
+        code.emit(op)
+
+
+def _operands(program: Program, main: tuple[int, ...], skip: set[int]) -> tuple[Operand, ...]:
+    out = []
+    for i, value in enumerate(program.inputs):
+        if value.id in skip or not program.users(value):
+            continue
+        kind = input_kind(value, main, program.users(value))
+        if kind is None:
+            raise NotRecognised(f"input {i} ({value.dtype}{list(value.shape)}) is neither per element, per row "
+                                f"nor per column of the output {list(main)}")
+        out.append(Operand(i, kind, value))
+    return tuple(out)
+
+
+def _rowwise(program: Program, output: Value) -> Rowwise:
+    biggest = max(program.inputs, key=lambda v: v.size, default=None)
+    if biggest is None or len(biggest.shape) == 0:
+        raise NotRecognised("the reference has no array input")
+    main = biggest.shape
+    operands = _operands(program, main, set())
+    if not any(o.kind == FULL for o in operands):
+        raise NotRecognised("no input covers the whole output")
+    _check_ops(program.ops, main, {o.value.id: o.kind for o in operands})
+    out_kind = kind_of(output.shape, main)
+    if out_kind not in (FULL, ROW):
+        raise NotRecognised(f"the output {list(output.shape)} is neither the size of the input {list(main)} "
+                            "nor one value per row")
+    return Rowwise(main=main, operands=operands, ops=tuple(program.ops), output=output, out_kind=out_kind,
+                   reduces=has_row_reduction(program.ops), n_inputs=len(program.inputs), n_static=len(program.static))
+
+
+def _source_input(program: Program, arg: object) -> Value:
+    """The program input a matmul operand comes from, looking through dtype conversions."""
+    while isinstance(arg, Value):
+        if any(arg.id == v.id for v in program.inputs):
+            return arg
+        producer = program.producer(arg)
+        if producer is None or producer.prim != "convert_element_type":
+            break
+        arg = producer.args[0]
+    raise NotRecognised("a matmul operand is computed inside the reference (a prologue); the offline brain fuses "
+                        "epilogues after the matmul, not work before it")
+
+
+def _matmul(program: Program, dot: Op, output: Value) -> Matmul:
+    lhs_v, rhs_v = (_source_input(program, a) for a in dot.args)
+    (lc, rc), (lb, rb) = dot.params["dimension_numbers"]
+    lc, rc, lb, rb = tuple(lc), tuple(rc), tuple(lb), tuple(rb)
+    batched = bool(lb)
+    if batched and not (lb == (0,) and rb == (0,) and len(lhs_v.shape) == 3 and len(rhs_v.shape) == 3):
+        raise NotRecognised("a batched matmul whose batch axis is not the leading one of 3-D operands")
+    rank_l, rank_r = len(lhs_v.shape), len(rhs_v.shape)
+    if lc != (rank_l - 1,) or (not batched and rank_r != 2):
+        raise NotRecognised("a matmul that does not contract the last axis of its left operand with a 2-D weight")
+    first, second = (1, 2) if batched else (0, 1)
+    if rc == (first,):
+        transposed = False
+    elif rc == (second,):
+        transposed = True
+    else:
+        raise NotRecognised("a matmul contracting an unexpected axis of its right operand")
+    k = lhs_v.shape[-1]
+    n = rhs_v.shape[second] if not transposed else rhs_v.shape[first]
+    m = lhs_v.shape[1] if batched else lhs_v.size // k
+    main = dot.out.shape
+    dot_index = program.ops.index(dot)
+    before = program.ops[:dot_index]
+    if any(op.prim != "convert_element_type" for op in before):
+        raise NotRecognised(f"the reference computes {before[0].prim} before its matmul (a prologue)")
+    epilogue = program.ops[dot_index + 1:]
+    if any(op.prim == "dot_general" for op in epilogue):
+        raise NotRecognised("the reference has a second matmul (attention-like); the offline brain does not write "
+                            "attention kernels in this version")
+    if lhs_v.dtype not in FLOAT_DTYPES or rhs_v.dtype not in FLOAT_DTYPES:
+        raise NotRecognised("an integer matmul")
+    inputs_of_dot = {lhs_v.id, rhs_v.id}
+    skip = {v.id for v in program.inputs
+            if v.id in inputs_of_dot and all(u.prim in ("dot_general", "convert_element_type")
+                                             for u in program.users(v))}
+    operands = _operands(program, main, skip)
+    seeded = {o.value.id: o.kind for o in operands} | {dot.out.id: FULL}
+    _check_ops(list(epilogue), main, seeded)
+    out_kind = kind_of(output.shape, main)
+    if out_kind not in (FULL, ROW):
+        raise NotRecognised(f"the output {list(output.shape)} is neither the matmul's shape nor one value per row")
+    precision = dot.params.get("precision") or ()
+    highest = any("HIGHEST" in str(p) for p in (precision if isinstance(precision, tuple) else (precision,)))
+    lhs = Operand(program.inputs.index(lhs_v), "lhs", lhs_v)
+    rhs = Operand(program.inputs.index(rhs_v), "rhs", rhs_v)
+    return Matmul(main=main, lhs=lhs, rhs=rhs, rhs_transposed=transposed, batched=batched, m=m, k=k, n=n,
+                  highest=highest, dot_out=dot.out, operands=operands, epilogue=tuple(epilogue), output=output,
+                  out_kind=out_kind, reduces=has_row_reduction(list(epilogue)), n_inputs=len(program.inputs),
+                  n_static=len(program.static))
+
+
+def recognise(program: Program) -> Spec:
+    output = _single_output(program)
+    if program.consts:
+        raise NotRecognised("the reference closes over constant arrays; the offline brain needs them as inputs")
+    dots = [op for op in program.ops if op.prim == "dot_general"]
+    if len(dots) > 1:
+        raise NotRecognised(f"the reference has {len(dots)} matmuls (attention-like or chained); the offline brain "
+                            f"writes {FAMILIES_TEXT}")
+    if dots:
+        return _matmul(program, dots[0], output)
+    return _rowwise(program, output)

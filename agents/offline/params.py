@@ -1,0 +1,102 @@
+"""Choosing a kernel's parameters from the roofline and the VMEM budget, with the reasons, for the plan.
+
+Pure: a spec and a chip in, parameters and sentences out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.offline.emit import space_of
+from agents.offline.families import Matmul, Rowwise, Spec
+from tpu_runner.hardware import ChipSpec
+
+MiB = 2**20
+DEFAULT_VMEM_LIMIT = 64 * MiB
+BLOCK_TARGET_BYTES = 2 * MiB  # a streamed block long enough to reach HBM bandwidth, small enough to double-buffer
+
+
+def _itemsize(dtype: str) -> int:
+    return {"bfloat16": 2, "float16": 2, "float64": 8}.get(dtype, 4)
+
+
+def _floor_in(values: tuple[Any, ...], limit: float) -> Any:
+    """The largest value not above limit (the smallest value when none is)."""
+    fitting = [v for v in values if v <= limit]
+    return max(fitting) if fitting else min(values)
+
+
+def rowwise_params(spec: Rowwise, chip: ChipSpec) -> tuple[dict[str, Any], list[str]]:
+    space = space_of(spec)
+    cols = spec.main[-1]
+    rows = max(1, int(round(_size(spec.main) / cols)))
+    width = cols if spec.reduces else min(cols, 2048)
+    params: dict[str, Any] = {}
+    reasons = [f"Row reductions need whole rows in VMEM, so a block is rows x all {cols} columns." if spec.reduces
+               else "Elementwise work tiles freely; blocks of up to 2048 lanes keep stores lane-dense."]
+    if not spec.reduces:
+        params["BLOCK_COLS"] = _floor_in(space["BLOCK_COLS"], width)
+        width = min(cols, params["BLOCK_COLS"])
+    per_row = width * 4 * max(1, sum(o.kind == "full" for o in spec.operands) + 1)
+    params["BLOCK_ROWS"] = _floor_in(space["BLOCK_ROWS"], max(8, BLOCK_TARGET_BYTES // per_row))
+    params["VMEM_LIMIT_BYTES"] = DEFAULT_VMEM_LIMIT
+    working = params["BLOCK_ROWS"] * per_row / MiB
+    reasons.append(f"The task is memory-bound (about {len(spec.ops)} ops per element), so the block size is set by "
+                   f"bytes: {params['BLOCK_ROWS']} rows x {width} columns is ~{working:.1f} MiB of f32 working set "
+                   "per step, double-buffered well inside a "
+                   f"{DEFAULT_VMEM_LIMIT // MiB} MiB scoped VMEM limit ({chip.vmem_bytes // MiB} MiB on {chip.name}).")
+    if rows % params["BLOCK_ROWS"]:
+        reasons.append(f"{rows} rows are not a multiple of the block; the input is padded to whole blocks.")
+    return params, reasons
+
+
+def _size(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def matmul_params(spec: Matmul, chip: ChipSpec) -> tuple[dict[str, Any], list[str]]:
+    space = space_of(spec)
+    in_bytes = _itemsize(spec.lhs.value.dtype)
+    flops = 2 * spec.m * spec.n * spec.k
+    peak = chip.peak_for(spec.lhs.value.dtype)
+    ideal_bytes = (spec.m * spec.k + spec.k * spec.n) * in_bytes + spec.m * spec.n * _itemsize(spec.output.dtype)
+    intensity = flops / ideal_bytes
+    ridge = peak / chip.hbm_bandwidth
+    params: dict[str, Any] = {}
+    reasons = [f"{flops / 1e9:.1f} GFLOP over at least {ideal_bytes / MiB:.0f} MiB: arithmetic intensity "
+               f"{intensity:.0f} FLOP/byte against {chip.name}'s ridge point of {ridge:.0f}, so the kernel is "
+               f"{'compute' if intensity > ridge else 'memory'}-bound at best."]
+    budget = 0.5 * DEFAULT_VMEM_LIMIT
+    if spec.reduces:
+        # The epilogue's row reductions need the whole output row: bn = N, and the f32 accumulator is bm x N.
+        bk = _floor_in(space["BLOCK_K"], min(512, max(128, spec.k)))
+        bm = _floor_in(space["BLOCK_M"], budget / (spec.n * 4 + 2 * bk * in_bytes + 2 * spec.n * 4))
+        params.update(BLOCK_M=bm, BLOCK_K=bk)
+        reasons.append(f"The epilogue reduces over rows, so each block holds whole rows of {spec.n} columns; "
+                       f"{bm} rows keep the f32 accumulator ({bm * spec.n * 4 / MiB:.1f} MiB) and double-buffered "
+                       f"inputs within half the scoped VMEM.")
+    else:
+        # Larger tiles re-read each operand fewer times (A is read N/bn times, B M/bm times).
+        bm = _floor_in(space["BLOCK_M"], min(512, spec.m))
+        bn = _floor_in(space["BLOCK_N"], min(512, spec.n))
+        bk = _floor_in(space["BLOCK_K"], min(1024 if in_bytes == 2 else 512, spec.k))
+        while 2 * (bm * bk + bk * bn) * in_bytes + bm * bn * 4 + 2 * bm * bn * 4 > budget and bk > 128:
+            bk //= 2
+        params.update(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)
+        reasons.append(f"Tiles of {bm}x{bn} with K steps of {bk}: HBM traffic is A x {max(1, spec.n // bn)} + "
+                       f"B x {max(1, spec.m // bm)} re-reads, and the double-buffered tiles plus the f32 accumulator "
+                       f"take {(2 * (bm * bk + bk * bn) * in_bytes + 3 * bm * bn * 4) / MiB:.1f} MiB of VMEM.")
+    params["VMEM_LIMIT_BYTES"] = DEFAULT_VMEM_LIMIT
+    if in_bytes == 2:
+        reasons.append("bf16 operands go to the MXU as bf16 with f32 accumulation (preferred_element_type).")
+    if spec.epilogue:
+        reasons.append(f"The {len(spec.epilogue)}-op epilogue runs on the f32 accumulator in VMEM at the last K "
+                       "step, so the matmul result never goes to HBM and back.")
+    return params, reasons
+
+
+def choose(spec: Spec, chip: ChipSpec) -> tuple[dict[str, Any], list[str]]:
+    return matmul_params(spec, chip) if isinstance(spec, Matmul) else rowwise_params(spec, chip)

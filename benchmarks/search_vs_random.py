@@ -1,0 +1,112 @@
+"""How many evaluations the search needs to reach its best kernel, against random sampling of the same space at
+the same budget; and how much time the paradigm itself adds per evaluation.
+
+For each task (seeded with its solutions/pallas.py, whose TUNABLE space both methods explore): one beam search
+(parametric strategies from the library, no brain) and --random-seeds runs of the autotuner (`tune`: uniform
+random points of the space), each with --budget evaluations, on a fresh SQLite database with an in-process runner
+of --workers. Per run: the best speedup found and the evaluation (1-based, in the order they were recorded) at
+which it was first reached; candidates stopped at the IR gate as duplicates of an evaluated program.
+
+Overhead: for every evaluated node, the node job's wall time minus the evaluation's own time (static check,
+sandboxed child, chart) = what the search adds inside the job (IR claim, recording, top-up); and the search's
+wall time per evaluation against the mean evaluation time divided by the workers.
+
+    .venv/bin/python benchmarks/search_vs_random.py [--tasks matmul_bf16,causal_attention] [--budget 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from sqlmodel import Session, col, select
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from agents.local import run_until_settled  # noqa: E402
+from agents.search import NODE_JOB, load_graph, outcome, start_search  # noqa: E402
+from agents.search_decide import SearchConfig  # noqa: E402
+from storage.database import open_database  # noqa: E402
+from storage.models import Evaluation, Job  # noqa: E402
+from storage.settings import load_settings  # noqa: E402
+from tpu_runner.tasks import load_task  # noqa: E402
+
+
+def run_one(task_name: str, strategy: str, budget: int, workers: int, seed: int, root: Path) -> dict:
+    home = root / f"{task_name}-{strategy}-{seed}"
+    settings = load_settings({"KERNELBOT_HOME": str(home), "KERNELBOT_EVAL_WORKERS": str(workers)})
+    engine = open_database(settings)
+    task = load_task(REPO / "tasks" / task_name)
+    seed_code = (task.path / "solutions" / "pallas.py").read_text()
+    started = time.perf_counter()
+    with Session(engine) as s, s.begin():
+        session_id = start_search(s, task=task, target="v6e", seed_code=seed_code, brain=None,
+                                  config=SearchConfig(strategy, budget=budget, width=workers, seed=seed))
+    run_until_settled(engine, settings, session_id, kinds=(NODE_JOB,), workers=workers, poll_seconds=0.2)
+    wall = time.perf_counter() - started
+    with Session(engine) as s:
+        result = outcome(s, session_id)
+        graph, candidates, _ = load_graph(s, session_id)
+        evals = s.exec(select(Evaluation).where(col(Evaluation.candidate_id).in_(list(candidates)))
+                       .order_by(col(Evaluation.id))).all()
+        jobs = {j.id: j for j in s.exec(select(Job).where(Job.session_id == session_id)).all()}
+    best = result.speedup or 0.0
+    reached = next((i + 1 for i, e in enumerate(evals) if e.verdict == "ok" and e.speedup is not None
+                    and e.speedup >= best - 1e-9), None)
+    eval_seconds, added = [], []
+    for e in evals:
+        total = (e.result or {}).get("timings", {}).get("total")
+        job = jobs.get(e.job_id) if e.job_id else None
+        if total is None or job is None or job.started_at is None or job.finished_at is None:
+            continue
+        eval_seconds.append(total)
+        added.append(job.finished_at - job.started_at - total)
+    return {"task": task_name, "method": strategy if strategy != "tune" else f"random#{seed}", "best": best,
+            "reached_at": reached, "evaluations": len(evals), "duplicates": result.duplicates,
+            "ok": sum(e.verdict == "ok" for e in evals), "wall": wall,
+            "eval_mean": statistics.fmean(eval_seconds) if eval_seconds else float("nan"),
+            "added_mean": statistics.fmean(added) if added else float("nan"), "workers": workers}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", default="matmul_bf16,matmul_bias_gelu,causal_attention")
+    parser.add_argument("--budget", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--random-seeds", type=int, default=2)
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kb-search-bench-") as tmp:
+        for task in args.tasks.split(","):
+            runs = [("beam", 0)] + [("tune", s) for s in range(1, args.random_seeds + 1)]
+            for strategy, seed in runs:
+                row = run_one(task, strategy, args.budget, args.workers, seed, Path(tmp))
+                rows.append(row)
+                print(f"{row['task']:<18} {row['method']:<10} best x{row['best']:.3f} reached at evaluation "
+                      f"{row['reached_at']}/{row['evaluations']} ({row['ok']} ok, {row['duplicates']} duplicates "
+                      f"skipped); {row['wall']:.0f} s wall, evaluation {row['eval_mean']:.1f} s, search adds "
+                      f"{row['added_mean'] * 1000:.0f} ms per evaluation", flush=True)
+    print(f"\nsummary (budget {args.budget} evaluations, {args.workers} workers)")
+    for task in args.tasks.split(","):
+        mine = [r for r in rows if r["task"] == task]
+        beam = next(r for r in mine if r["method"] == "beam")
+        randoms = [r for r in mine if r["method"] != "beam"]
+        print(f"  {task:<18} beam x{beam['best']:.3f} at {beam['reached_at']}; random mean best "
+              f"x{statistics.fmean(r['best'] for r in randoms):.3f}, reached at "
+              f"{[r['reached_at'] for r in randoms]}")
+    added = [r["added_mean"] for r in rows if r["added_mean"] == r["added_mean"]]
+    evals = [r["eval_mean"] for r in rows if r["eval_mean"] == r["eval_mean"]]
+    per_eval_wall = [r["wall"] / max(1, r["evaluations"] + r["duplicates"]) for r in rows]
+    print(f"  overhead: the search adds {statistics.fmean(added) * 1000:.0f} ms per evaluation inside its job, "
+          f"against {statistics.fmean(evals):.1f} s for the evaluation itself "
+          f"({statistics.fmean(added) / statistics.fmean(evals):.1%}); wall time per candidate "
+          f"{statistics.fmean(per_eval_wall):.1f} s with {args.workers} workers")
+
+
+if __name__ == "__main__":
+    main()
