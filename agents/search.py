@@ -56,6 +56,11 @@ class SearchOutcome:
     budget: int
     best_candidate_id: int | None
     best_strategy_path: list[str]  # the strategies from the seed to the best candidate
+    reference_ms: float | None = None  # the XLA reference's time, and the reported candidate's
+    kernel_ms: float | None = None
+    roofline_fraction: float | None = None
+    profile_chart: str | None = None
+    seed_speedup: float | None = None  # where the search started (the seed's own evaluation)
 
     @property
     def improved(self) -> bool:
@@ -67,7 +72,9 @@ class SearchOutcome:
                 "kernel_path": self.kernel_path, "evaluations": self.evaluations, "session_id": self.session_id,
                 "status": self.status, "strategy": self.strategy, "duplicates": self.duplicates,
                 "budget": self.budget, "best_candidate_id": self.best_candidate_id, "improved": self.improved,
-                "best_strategy_path": self.best_strategy_path}
+                "best_strategy_path": self.best_strategy_path, "reference_ms": self.reference_ms,
+                "kernel_ms": self.kernel_ms, "roofline_fraction": self.roofline_fraction,
+                "profile_chart": self.profile_chart, "seed_speedup": self.seed_speedup}
 
 
 def _digest(code: str) -> str:
@@ -374,8 +381,16 @@ def outcome(s: Session, session_id: str) -> SearchOutcome:
         path.insert(0, node.strategy or "")
         node = by_id.get(node.parent_id)
     kernel = str(Path(e.artifacts_dir) / "candidate.py") if e and e.artifacts_dir and best else None
+    perf = ((e.result or {}).get("performance") or {}) if e else {}
+    root = min(candidates) if candidates else None
+    seed_eval = evaluations.get(root) if root is not None else None
     return SearchOutcome(session_id=session_id, task=record.task, status=record.status, strategy=config.strategy,
                          verdict=e.verdict if e else None, speedup=e.speedup if e and best else None,
                          method=e.method if e else None, kernel_path=kernel, evaluations=graph.evaluations,
                          duplicates=sum(n.state == "duplicate" for n in graph.nodes), budget=config.budget,
-                         best_candidate_id=best.id if best else None, best_strategy_path=path)
+                         best_candidate_id=best.id if best else None, best_strategy_path=path,
+                         reference_ms=perf.get("reference"), kernel_ms=perf.get("candidate") if best else None,
+                         roofline_fraction=perf.get("roofline_fraction") if best else None,
+                         profile_chart=((e.result or {}).get("artifacts") or {}).get("profile_chart") if e and best
+                         else None,
+                         seed_speedup=seed_eval.speedup if seed_eval and seed_eval.verdict == "ok" else None)

@@ -88,33 +88,6 @@ def eval_command(
     run_command(run)
 
 
-@_app.command("demo")
-def demo_command(
-    task: Annotated[str, typer.Option("--task", help="Suite task whose known-good kernel is evaluated.")] = "softmax",
-    target: Target = None,
-) -> None:
-    """The embedded default: evaluate a suite task's known-good Pallas kernel and print the result."""
-
-    def run() -> int:
-        from tpu_runner.evaluate import EvalRequest, evaluate
-
-        settings = get_settings()
-        task_dir = REPO_TASKS / task
-        kernel = task_dir / "solutions" / "pallas.py"
-        if not kernel.is_file():
-            known = sorted(p.parent.parent.name for p in REPO_TASKS.glob("*/solutions/pallas.py"))
-            raise TaskError(f"task {task!r} has no known-good kernel; tasks with one: {', '.join(known)}")
-        console.print(f"kernelbot demo: evaluating the known-good Pallas kernel for [bold]{task}[/bold] "
-                      f"(data in {settings.home})")
-        request = EvalRequest(task_dir, kernel, target or settings.default_target)
-        result = _with_progress(lambda on_stage: evaluate(request, settings, on_stage=on_stage),
-                                f"evaluating {task}", quiet=False)
-        console.print(render.result_panel(result))
-        return 0 if result.ok else 1
-
-    run_command(run)
-
-
 def _with_progress(work: Callable[[Callable[[str], None]], Any], label: str, *, quiet: bool) -> Any:
     if quiet or not sys.stderr.isatty():
         return work(lambda stage: None)

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from sqlmodel import Session
 
+from bot import render
 from bot.cli import AsJson, Target, console, err_console, get_settings, run_command
 from bot.render import bench_summary, search_progress_line
 
@@ -108,6 +109,36 @@ def search_command(
             console.print(f"no candidate beat the reference in {summary['evaluations']} evaluations (best verdict: "
                           f"{summary['verdict']}); graph: {summary['graph_png']}", soft_wrap=True)
         return 0
+
+    run_command(run)
+
+
+@_app.command("demo")
+def demo_command(
+    task: Annotated[str, typer.Option("--task", help="A suite task (a directory name under tasks/).")] =
+    "matmul_softmax",
+    budget: Budget = 8,
+    brain: Annotated[str, typer.Option("--brain", help="offline | anthropic")] = "offline",
+    target: Target = None,
+) -> None:
+    """The main job on the embedded default: the offline brain writes a kernel for a suite task, the beam search
+    tunes it (SQLite, a runner in this process), and the result is shown against the XLA reference."""
+
+    def run() -> int:
+        from bot.cli import REPO_TASKS
+        from tpu_runner.tasks import TaskError
+
+        task_dir = REPO_TASKS / task
+        if not (task_dir / "kernel_task.yaml").is_file():
+            known = sorted(p.parent.name for p in REPO_TASKS.glob("*/kernel_task.yaml"))
+            raise TaskError(f"no suite task {task!r}; the suite has {', '.join(known)}")
+        settings = get_settings()
+        console.print(f"kernelbot demo: the {brain} brain writes a Pallas kernel for [bold]{task}[/bold], a beam "
+                      f"search tunes it ({budget} evaluations; data in {settings.home})")
+        summary = _search_one(task_dir, strategy="beam", budget=budget, width=2, brain=brain, seed=None,
+                              target=target, quiet=False)
+        console.print(render.search_summary_table(summary))
+        return 0 if summary["verdict"] == "ok" else 1
 
     run_command(run)
 

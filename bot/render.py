@@ -150,3 +150,33 @@ def bench_summary(entries: list[dict[str, Any]]) -> dict[str, Any]:
 
     return {"tasks": n, "compiled": sum(1 for e in entries if e.get("verdict") in COMPILED_VERDICTS),
             "correct": len(correct), "geomean_speedup": geomean, "fast_1": fast(1.0), "fast_2": fast(2.0)}
+
+
+def search_summary_table(summary: dict[str, Any]) -> Table:
+    """The end of a search: the XLA reference (the baseline), where the search started, the best kernel."""
+    method = summary.get("method") or "estimated"
+    table = Table(title=f"{summary['task']} on {summary.get('target', '')}: {summary['strategy']} search, "
+                        f"{summary['evaluations']} evaluations ({summary['duplicates']} duplicates not re-evaluated)",
+                  show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+
+    def ms(value: float | None) -> str:
+        return f"{value:.4g} ms ({method})" if value is not None else "-"
+
+    table.add_row("XLA reference (baseline)", ms(summary.get("reference_ms")))
+    seed = summary.get("seed_speedup")
+    table.add_row("first kernel (the seed)", f"x{seed:.2f}" if seed else "not ok")
+    if summary.get("improved"):
+        fraction = summary.get("roofline_fraction")
+        table.add_row("best kernel", f"{ms(summary.get('kernel_ms'))}, {fraction or 0:.0%} of roofline")
+        table.add_row("speedup", Text(f"x{summary['speedup']:.2f} ({method})", style="green"))
+        table.add_row("how", " -> ".join(summary.get("best_strategy_path") or []) or "the seed as written")
+        table.add_row("kernel file", str(summary.get("kernel_path")))
+        table.add_row("profile chart", str(summary.get("profile_chart")))
+    else:
+        table.add_row("result", Text("no candidate beat the reference"
+                                     + (f" (best ok: x{summary['speedup']:.2f})" if summary.get("speedup") else ""),
+                                     style="yellow"))
+    table.add_row("search graph", str(summary.get("graph_png")))
+    return table

@@ -80,9 +80,11 @@ def matmul_params(spec: Matmul, chip: ChipSpec) -> tuple[dict[str, Any], list[st
                        f"inputs within half the scoped VMEM.")
     else:
         # Larger tiles re-read each operand fewer times (A is read N/bn times, B M/bm times).
-        bm = _floor_in(space["BLOCK_M"], min(512, spec.m))
-        bn = _floor_in(space["BLOCK_N"], min(512, spec.n))
-        bk = _floor_in(space["BLOCK_K"], min(1024 if in_bytes == 2 else 512, spec.k))
+        # bf16 at the MXU's rate needs the larger tiles to stay compute-bound; f32 tiles cost twice the VMEM.
+        edge = 1024 if in_bytes == 2 and intensity > ridge else 512
+        bm = _floor_in(space["BLOCK_M"], min(edge, spec.m))
+        bn = _floor_in(space["BLOCK_N"], min(edge, spec.n))
+        bk = _floor_in(space["BLOCK_K"], min(512, spec.k))
         while 2 * (bm * bk + bk * bn) * in_bytes + bm * bn * 4 + 2 * bm * bn * 4 > budget and bk > 128:
             bk //= 2
         params.update(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)

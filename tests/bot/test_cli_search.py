@@ -59,3 +59,25 @@ def test_bench_json_gives_the_papers_figures(tmp_path: Path) -> None:
     assert summary["geomean_speedup"] == pytest.approx(math.prod(speedups) ** (1 / 3))
     assert summary["fast_1"] == pytest.approx(sum(s > 1 for s in speedups) / 3)
     assert set(summary) == {"tasks", "compiled", "correct", "geomean_speedup", "fast_1", "fast_2"}
+
+
+@pytest.mark.slow
+def test_the_readme_main_job_runs_a_real_optimisation_offline(tmp_path: Path) -> None:
+    proc = subprocess.run([*KERNELBOT, "demo", "--task", "layer_norm", "--budget", "2"], capture_output=True,
+                          text=True, env=_env(tmp_path) | {"COLUMNS": "200"}, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert "the offline brain writes a Pallas kernel for layer_norm" in proc.stdout
+    assert "XLA reference (baseline)" in proc.stdout and "(estimated)" in proc.stdout
+    assert "2/2 evaluations" in proc.stderr  # the progress lines
+    kernel = next(line for line in proc.stdout.splitlines() if "kernel file" in line).split()[-2]
+    assert "offline brain" in Path(kernel).read_text()
+
+
+@pytest.mark.slow
+def test_optimize_with_the_offline_brain_needs_no_key(tmp_path: Path) -> None:
+    proc = subprocess.run([*KERNELBOT, "optimize", "--task", str(TASKS / "softmax"), "--budget", "2", "--json"],
+                          capture_output=True, text=True, env=_env(tmp_path), timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["verdict"] == "ok" and result["evaluations"] == 2 and result["speedup"] > 1.0
+    assert "offline brain" in Path(result["kernel_path"]).read_text()
