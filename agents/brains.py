@@ -8,8 +8,9 @@ from tpu_runner.hardware import ChipSpec
 from tpu_runner.tasks import Task
 
 BRAINS = ("anthropic", "offline")
-FAMILIES = ("elementwise/broadcast chains, row reductions and normalisations over the last axis, and a matmul or "
-            "batched matmul followed by such a chain")
+FAMILIES = ("elementwise/broadcast chains, row reductions and normalisations over the last axis, a matmul or "
+            "batched matmul followed by such a chain, and scaled dot-product attention (causal or not, grouped-query "
+            "heads)")
 
 
 class BrainUnavailable(RuntimeError):

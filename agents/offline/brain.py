@@ -20,13 +20,20 @@ from typing import Any
 from agents import strategies, tunable
 from agents.brain import BrainReply, BrainRequest, Usage
 from agents.offline import emit
+from agents.offline.attention import Attention, confirm
 from agents.offline.expr import NotRecognised
 from agents.offline.families import Matmul, Spec, recognise
 from agents.offline.params import choose
 from agents.offline.program import trace
 from agents.subagents import AgentAnswerError
 from tpu_runner.hardware import ChipSpec
-from tpu_runner.tasks import Task, abstract_configurations, concrete_configurations, has_test_inputs
+from tpu_runner.tasks import (
+    Task,
+    abstract_configurations,
+    concrete_configurations,
+    has_test_inputs,
+    import_reference,
+)
 
 REDIRECTS = {
     "block RxC": "block rows (or M) x columns (or N), e.g. 'block 256x512'",
@@ -46,9 +53,15 @@ def _without_docstring(source: str) -> str:
 def analyse(task: Task, chip: ChipSpec) -> Spec:
     """The recognised family of a task, checked on every configuration it has (raises NotRecognised)."""
     programs = [trace(task, c) for c in abstract_configurations(task)]
-    if has_test_inputs(task):
-        programs += [trace(task, c) for c in concrete_configurations(task, "get_test_inputs")]
+    tests = concrete_configurations(task, "get_test_inputs") if has_test_inputs(task) else []
+    programs += [trace(task, c) for c in tests]
     spec = recognise(programs[0])
+    if isinstance(spec, Attention):
+        # Looking like attention is not enough: the numbers must agree with attention's.
+        config = tests[0] if tests else None
+        if config is None or config.values is None:
+            raise NotRecognised("attention-like, but the task has no get_test_inputs to confirm it on")
+        confirm(import_reference(task).computation, spec, list(config.values), config.static)
     params = choose(spec, chip)[0]
     kernel = _without_docstring(emit.source(spec, params))
     for other in programs[1:]:
@@ -156,15 +169,22 @@ class OfflineBrain:
         spec = self.spec
         assert spec is not None
         is_matmul = isinstance(spec, Matmul)
-        strategy = ("One pallas_call: a grid over (M, N, K) tiles with an f32 accumulator in VMEM scratch; the "
-                    "epilogue runs on the accumulator at the last K step." if is_matmul else
-                    "One pallas_call over blocks of rows" + (" holding whole rows, so every row reduction "
-                    "happens in VMEM in one pass." if spec.reduces else " and columns; every op of the chain "
-                    "runs on the block in VMEM."))
+        if isinstance(spec, Attention):
+            strategy = ("Flash attention in one pallas_call: a grid over (batch, head, query block, key block); per "
+                        "key block the scores stay in VMEM and an online softmax (running max and sum) rescales an "
+                        "f32 accumulator; the output is written once, at the last key block.")
+        elif is_matmul:
+            strategy = ("One pallas_call: a grid over (M, N, K) tiles with an f32 accumulator in VMEM scratch; the "
+                        "epilogue runs on the accumulator at the last K step.")
+        else:
+            strategy = "One pallas_call over blocks of rows" + (
+                " holding whole rows, so every row reduction happens in VMEM in one pass." if spec.reduces
+                else " and columns; every op of the chain runs on the block in VMEM.")
         tiling = " ".join(reasons[1:] if len(reasons) > 1 else reasons)
         pipelining = ("Pallas double-buffers each BlockSpec input: the next tile's DMA overlaps this tile's work. "
-                      + ("The K axis is last and 'arbitrary'; M and N are 'parallel' so megacore chips split them."
-                         if is_matmul else "Both grid axes are 'parallel'."))
+                      + ("The reduction axis (K, or the key blocks) is last and 'arbitrary'; the others are "
+                         "'parallel' so megacore chips split them." if is_matmul or isinstance(spec, Attention)
+                         else "Both grid axes are 'parallel'."))
         return "\n\n".join([
             f"## Analysis\n{spec.describe()} on {self.chip.name}. {reasons[0]}",
             f"## Strategy\n{strategy}",

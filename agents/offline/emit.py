@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agents.offline.attention import Attention, attention_source, attention_space
 from agents.offline.expr import COL, FLOAT_DTYPES, FULL, ROW, SCALAR, BlockCode
 from agents.offline.families import Matmul, Operand, Rowwise, Spec
 from agents.offline.program import Op
@@ -268,8 +269,13 @@ def computation({args}):
 
 
 def source(spec: Spec, params: dict[str, Any]) -> str:
+    if isinstance(spec, Attention):
+        return attention_source(spec, params, _header("flash attention", spec),
+                                _tunable(attention_space(), params) + "\n")
     return matmul_source(spec, params) if isinstance(spec, Matmul) else rowwise_source(spec, params)
 
 
 def space_of(spec: Spec) -> dict[str, tuple[Any, ...]]:
+    if isinstance(spec, Attention):
+        return attention_space()
     return matmul_space(spec) if isinstance(spec, Matmul) else rowwise_space(spec)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agents.brains import FAMILIES as FAMILIES_TEXT
+from agents.offline.attention import Attention, recognise_attention
 from agents.offline.expr import (
     FLOAT_DTYPES,
     FULL,
@@ -80,7 +81,7 @@ class Matmul:
         return f"matmul {shape} ({self.lhs.value.dtype}){epi}"
 
 
-Spec = Rowwise | Matmul
+Spec = Rowwise | Matmul | Attention
 
 
 def _single_output(program: Program) -> Value:
@@ -170,8 +171,7 @@ def _matmul(program: Program, dot: Op, output: Value) -> Matmul:
         raise NotRecognised(f"the reference computes {before[0].prim} before its matmul (a prologue)")
     epilogue = program.ops[dot_index + 1:]
     if any(op.prim == "dot_general" for op in epilogue):
-        raise NotRecognised("the reference has a second matmul (attention-like); the offline brain does not write "
-                            "attention kernels in this version")
+        raise NotRecognised("the reference has a second matmul after the first")
     if lhs_v.dtype not in FLOAT_DTYPES or rhs_v.dtype not in FLOAT_DTYPES:
         raise NotRecognised("an integer matmul")
     inputs_of_dot = {lhs_v.id, rhs_v.id}
@@ -199,9 +199,10 @@ def recognise(program: Program) -> Spec:
     if program.consts:
         raise NotRecognised("the reference closes over constant arrays; the offline brain needs them as inputs")
     dots = [op for op in program.ops if op.prim == "dot_general"]
-    if len(dots) > 1:
-        raise NotRecognised(f"the reference has {len(dots)} matmuls (attention-like or chained); the offline brain "
-                            f"writes {FAMILIES_TEXT}")
+    if len(dots) == 2:
+        return recognise_attention(program, dots, output)
+    if len(dots) > 2:
+        raise NotRecognised(f"the reference has {len(dots)} matmuls; the offline brain writes {FAMILIES_TEXT}")
     if dots:
         return _matmul(program, dots[0], output)
     return _rowwise(program, output)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agents.offline.attention import Attention, attention_params
 from agents.offline.emit import space_of
 from agents.offline.families import Matmul, Rowwise, Spec
 from tpu_runner.hardware import ChipSpec
@@ -101,4 +102,6 @@ def matmul_params(spec: Matmul, chip: ChipSpec) -> tuple[dict[str, Any], list[st
 
 
 def choose(spec: Spec, chip: ChipSpec) -> tuple[dict[str, Any], list[str]]:
+    if isinstance(spec, Attention):
+        return attention_params(spec)
     return matmul_params(spec, chip) if isinstance(spec, Matmul) else rowwise_params(spec, chip)

@@ -18,13 +18,14 @@ from agents.offline.expr import NotRecognised
 from agents.offline.params import choose
 from storage.settings import Settings
 from tests.conftest import TASKS
+from tests.support.epilogue_tasks import EPILOGUE, chain_task
 from tpu_runner.evaluate import EvalRequest, evaluate_many
 from tpu_runner.hardware import get_chip
 from tpu_runner.tasks import load_task
 
 V6E = get_chip("v6e")
 RECOGNISED = ["fused_elementwise", "softmax", "layer_norm", "rms_norm", "matmul_bf16", "matmul_bias_gelu",
-              "matmul_softmax", "batched_matmul"]
+              "matmul_softmax", "batched_matmul", "causal_attention", "gqa_attention"]
 
 
 def _write(tmp: Path, name: str, code: str) -> Path:
@@ -45,13 +46,46 @@ def test_every_recognised_suite_task_gets_an_ok_kernel(tmp_path: Path, settings:
     assert all(getattr(r, "verdict", None) == "ok" for r in results), verdicts
 
 
-@pytest.mark.parametrize("name, what", [("cumsum_rows", "a scan (cumsum)"), ("causal_attention", "2 matmuls"),
+@pytest.mark.parametrize("name, what", [("cumsum_rows", "a scan (cumsum)"),
                                         ("conv1d_depthwise", "neither per element"),
                                         ("cross_entropy", "a gather")])
 def test_a_reference_outside_the_families_gets_a_clear_message(name: str, what: str) -> None:
     with pytest.raises(NotRecognised) as raised:
         analyse(load_task(TASKS / name), V6E)
     assert what in str(raised.value)
+
+
+FAKE_ATTENTION = """import jax
+import jax.numpy as jnp
+
+
+def computation(q, k, v):
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) * 0.125
+    p = jax.nn.softmax(s, axis=-2)  # over the queries: not attention
+    return jnp.einsum("bhqk,bhkd->bhqd", p, v)
+
+
+def _inputs(seed):
+    kq, kk, kv = jax.random.split(jax.random.PRNGKey(seed), 3)
+    shape = (1, 2, 256, 64)
+    return [jax.random.normal(kq, shape), jax.random.normal(kk, shape), jax.random.normal(kv, shape)], []
+
+
+def get_inputs():
+    return _inputs(0)
+
+
+def get_test_inputs():
+    return _inputs(1)
+"""
+
+
+def test_something_that_only_looks_like_attention_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "reference.py").write_text(FAKE_ATTENTION)
+    (tmp_path / "kernel_task.yaml").write_text("task_id: fake\ndescription: not attention\natol: 1.0e-3\n"
+                                               "rtol: 1.0e-3\n")
+    with pytest.raises(NotRecognised, match="looks like attention .* but does not compute it"):
+        analyse(load_task(tmp_path), V6E)
 
 
 def test_make_brain_says_which_families_it_writes(settings: Settings) -> None:
@@ -96,51 +130,6 @@ def test_redirect_vocabulary() -> None:
 
 # --- property test: random epilogue chains after a matmul ------------------------------------------------------
 
-EPILOGUE = {
-    "bias": "y = y + b[None, :].astype(jnp.float32)",
-    "scale": "y = y * 0.5",
-    "relu": "y = jax.nn.relu(y)",
-    "gelu": "y = jax.nn.gelu(y, approximate=True)",
-    "swish": "y = y * jax.nn.sigmoid(y)",
-    "mish": "y = y * jnp.tanh(jax.nn.softplus(y))",
-    "hardtanh": "y = jnp.clip(y, -1.0, 1.0)",
-    "sigmoid": "y = jax.nn.sigmoid(y)",
-    "tanh": "y = jnp.tanh(y)",
-    "residual": "y = y + r.astype(jnp.float32)",
-    "softmax": "y = jax.nn.softmax(y, axis=-1)",
-    "logsumexp": "y = y - jax.nn.logsumexp(y, axis=-1, keepdims=True)",
-    "rownorm": "y = (y - y.mean(axis=-1, keepdims=True)) * jax.lax.rsqrt(y.var(axis=-1, keepdims=True) + 1e-5)",
-    "rowmax": "y = y - jnp.max(y, axis=-1, keepdims=True)",
-}
-
-
-def _chain_task(root: Path, name: str, chain: list[str], dtype: str, m: int, k: int, n: int) -> Path:
-    lines = [
-        "import jax", "import jax.numpy as jnp", "", "",
-        "def computation(x, w, b, r):",
-        "    y = jnp.dot(x, w, preferred_element_type=jnp.float32)",
-        *(f"    {EPILOGUE[step]}" for step in chain),
-        "    return y.astype(x.dtype)", "", "",
-        "def _inputs(m, k, n, seed):",
-        "    kx, kw, kb, kr = jax.random.split(jax.random.PRNGKey(seed), 4)",
-        f"    x = jax.random.normal(kx, (m, k), jnp.float32).astype(jnp.{dtype})",
-        f"    w = (jax.random.normal(kw, (k, n), jnp.float32) / jnp.sqrt(k)).astype(jnp.{dtype})",
-        f"    b = jax.random.normal(kb, (n,), jnp.float32).astype(jnp.{dtype})",
-        f"    r = jax.random.normal(kr, (m, n), jnp.float32).astype(jnp.{dtype})",
-        "    return [x, w, b, r], []", "", "",
-        f"def get_inputs():\n    return _inputs({m}, {k}, {n}, 0)", "", "",
-        f"def get_test_inputs():\n    return _inputs({m}, {k}, {n}, 1)",
-    ]
-    reference = "\n".join(lines) + "\n"
-    task_dir = root / name
-    task_dir.mkdir()
-    (task_dir / "reference.py").write_text(reference)
-    tol = "2.0e-2" if dtype == "bfloat16" else "2.0e-3"
-    (task_dir / "kernel_task.yaml").write_text(f"task_id: {name}\ndescription: matmul then {', '.join(chain)}\n"
-                                               f"atol: {tol}\nrtol: {tol}\nfamily: matmul_epilogue\n")
-    return task_dir
-
-
 @pytest.mark.slow
 def test_random_epilogue_chains_get_ok_or_a_clear_refusal(tmp_path: Path, settings: Settings) -> None:
     rng = random.Random(20261130)
@@ -149,7 +138,7 @@ def test_random_epilogue_chains_get_ok_or_a_clear_refusal(tmp_path: Path, settin
     for i, (m, k, n) in enumerate(shapes):
         chain = rng.sample(sorted(EPILOGUE), rng.randint(1, 5))
         dtype = "bfloat16" if i % 2 else "float32"
-        task = load_task(_chain_task(tmp_path, f"chain{i}", chain, dtype, m, k, n))
+        task = load_task(chain_task(tmp_path, f"chain{i}", chain, dtype, m, k, n))
         spec = analyse(task, V6E)
         requests.append(EvalRequest(task.path, _write(tmp_path, f"k{i}", source(spec, choose(spec, V6E)[0])), "v6e"))
         chains.append((chain, dtype, (m, k, n)))

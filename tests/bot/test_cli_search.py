@@ -43,7 +43,7 @@ def test_search_on_a_task_no_brain_here_can_write_says_why(tmp_path: Path) -> No
 @pytest.mark.slow
 def test_bench_json_gives_the_papers_figures(tmp_path: Path) -> None:
     suite = tmp_path / "suite"
-    for name in ("softmax", "layer_norm", "cumsum_rows"):  # the offline brain does not write scans
+    for name in ("layer_norm", "cumsum_rows"):  # the offline brain does not write scans
         shutil.copytree(TASKS / name, suite / name)
     proc = subprocess.run([*KERNELBOT, "bench", "--suite", str(suite), "--budget", "2", "--seed-solutions",
                            "--json"],
@@ -51,13 +51,13 @@ def test_bench_json_gives_the_papers_figures(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     by_task = {t["task"]: t for t in report["tasks"]}
-    assert set(by_task) == {"softmax", "layer_norm", "cumsum_rows"}
+    assert set(by_task) == {"layer_norm", "cumsum_rows"}
     assert "cannot write a kernel for cumsum_rows" in by_task["cumsum_rows"]["error"]
     summary = report["summary"]
-    assert summary["tasks"] == 3 and summary["compiled"] == 2 and summary["correct"] == 2
-    speedups = [max(1.0, by_task[t]["speedup"]) for t in ("softmax", "layer_norm")] + [1.0]
-    assert summary["geomean_speedup"] == pytest.approx(math.prod(speedups) ** (1 / 3))
-    assert summary["fast_1"] == pytest.approx(sum(s > 1 for s in speedups) / 3)
+    assert summary["tasks"] == 2 and summary["compiled"] == 1 and summary["correct"] == 1
+    speedups = [max(1.0, by_task["layer_norm"]["speedup"]), 1.0]
+    assert summary["geomean_speedup"] == pytest.approx(math.prod(speedups) ** (1 / 2))
+    assert summary["fast_1"] == pytest.approx(sum(s > 1 for s in speedups) / 2)
     assert set(summary) == {"tasks", "compiled", "correct", "geomean_speedup", "fast_1", "fast_2"}
 
 
