@@ -23,7 +23,7 @@ from agents.offline import emit
 from agents.offline.attention import Attention, confirm
 from agents.offline.expr import NotRecognised
 from agents.offline.families import Matmul, Spec, recognise
-from agents.offline.params import choose
+from agents.offline.params import choose, cost_line
 from agents.offline.program import trace
 from agents.subagents import AgentAnswerError
 from tpu_runner.hardware import ChipSpec
@@ -41,6 +41,17 @@ REDIRECTS = {
     "rows N": "rows per block",
     "vmem N": "the scoped VMEM limit in MiB, e.g. 'vmem 96'",
     "smaller / larger blocks": "one step down / up for every block size",
+    "no epilogue fusion / fuse the epilogue": "run a matmul's epilogue as XLA ops after the kernel, or inside it",
+    "bf16 accumulation / f32 accumulation": "where a bf16 matmul keeps its running sum",
+    "single buffering / double buffering": "how many VMEM buffers each streamed input gets",
+}
+_TOGGLES = {
+    "no epilogue fusion": ("FUSE_EPILOGUE", False), "unfused epilogue": ("FUSE_EPILOGUE", False),
+    "fuse the epilogue": ("FUSE_EPILOGUE", True), "fuse epilogue": ("FUSE_EPILOGUE", True),
+    "epilogue fusion": ("FUSE_EPILOGUE", True),
+    "bf16 accumulation": ("ACC_DTYPE", "bfloat16"), "accumulate in bf16": ("ACC_DTYPE", "bfloat16"),
+    "f32 accumulation": ("ACC_DTYPE", "float32"), "accumulate in f32": ("ACC_DTYPE", "float32"),
+    "single buffering": ("BUFFERS", 1), "double buffering": ("BUFFERS", 2),
 }
 _PARAMS_LINE = re.compile(r"^Parameters: (\{.*\})\s*$", re.MULTILINE)
 _CODE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
@@ -80,15 +91,18 @@ def parse_redirect(text: str, params: dict[str, Any], space: dict[str, tuple[Any
     rows_key = "BLOCK_M" if "BLOCK_M" in space else "BLOCK_ROWS"
     cols_key = "BLOCK_N" if "BLOCK_N" in space else "BLOCK_COLS"
 
-    def put(key: str, value: int, what: str) -> None:
-        if key not in space:
-            unknown.append(f"{what} (this kernel has no {key})")
+    def put(key: str, value: Any, what: str) -> None:
+        if key not in space or (isinstance(value, (bool, str)) or key == "BUFFERS") and value not in space[key]:
+            unknown.append(f"{what} (this kernel has no {key} = {value!r})" if key in space
+                           else f"{what} (this kernel has no {key})")
             return
         out[key] = value
         done.append(f"{key} = {value}")
 
     for clause in [c.strip() for c in re.split(r"[,;\n]|\band\b", text.lower()) if c.strip()]:
-        if m := re.fullmatch(r"(?:use )?blocks? (\d+)\s*[x×]\s*(\d+)", clause):
+        if clause in _TOGGLES:
+            put(*_TOGGLES[clause], clause)
+        elif m := re.fullmatch(r"(?:use )?blocks? (\d+)\s*[x×]\s*(\d+)", clause):
             put(rows_key, int(m.group(1)), clause)
             put(cols_key, int(m.group(2)), clause)
         elif m := re.fullmatch(r"(?:use )?block[_ ]k (\d+)", clause):
@@ -118,10 +132,12 @@ class OfflineBrain:
     spec: Spec | None = None
     plans: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
+    cost: str = ""
 
     def __post_init__(self) -> None:
         if self.spec is None:
             self.spec = analyse(self.task, self.chip)
+        self.cost = cost_line(trace(self.task, abstract_configurations(self.task)[0]), self.chip)
 
     # -- the roles ----------------------------------------------------------------------------------------------
     def ask(self, request: BrainRequest) -> BrainReply:
@@ -186,7 +202,7 @@ class OfflineBrain:
                          "'parallel' so megacore chips split them." if is_matmul or isinstance(spec, Attention)
                          else "Both grid axes are 'parallel'."))
         return "\n\n".join([
-            f"## Analysis\n{spec.describe()} on {self.chip.name}. {reasons[0]}",
+            f"## Analysis\n{spec.describe()} on {self.chip.name}. {self.cost} {reasons[0]}",
             f"## Strategy\n{strategy}",
             f"## Tiling and memory\n{tiling}\nParameters: {json.dumps(params, sort_keys=True)}",
             f"## Pipelining\n{pipelining}",

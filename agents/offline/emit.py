@@ -161,24 +161,37 @@ def matmul_space(spec: Matmul) -> dict[str, tuple[Any, ...]]:
         space["BLOCK_N"] = (128, 256, 512, 1024, 2048)
     space["BLOCK_K"] = (128, 256, 512, 1024, 2048)
     space["VMEM_LIMIT_BYTES"] = tuple(m * 2**20 for m in (16, 32, 64, 100))
+    space["BUFFERS"] = (1, 2)  # Mosaic pipelines a pallas_call's inputs with one or two buffers
+    space["FUSE_EPILOGUE"] = (True, False)
+    # Where the running sum is kept: f32, or (for bf16 operands) bf16, half the VMEM and less accurate.
+    space["ACC_DTYPE"] = ("float32", "bfloat16") if spec.lhs.value.dtype == "bfloat16" == spec.rhs.value.dtype \
+        else ("float32",)
     return space
 
 
-def matmul_source(spec: Matmul, params: dict[str, Any]) -> str:
-    extra = [f"e{o.index}_ref" for o in spec.operands]
-    code = BlockCode(main=spec.main, names={}, kinds={}, lines=[], cols="acc_ref.shape[-1]")
-    code.bind(spec.dot_out, "acc_ref[...]", FULL)
-    for operand, ref in zip(spec.operands, extra, strict=True):
-        code.bind(operand.value, _load(operand, ref), operand.kind)
+def _epilogue_code(spec: Matmul, acc: str, operand: str, cols: str) -> tuple[BlockCode, str]:
+    code = BlockCode(main=spec.main, names={}, kinds={}, lines=[], cols=cols)
+    code.bind(spec.dot_out, f"{acc}.astype(jnp.float32)", FULL)
+    for o in spec.operands:
+        code.bind(o.value, _load(o, operand.format(i=o.index)), o.kind)
     for op in spec.epilogue:
         code.emit(op)
-    result = code.ref(spec.output)
+    return code, code.ref(spec.output)
+
+
+def matmul_source(spec: Matmul, params: dict[str, Any]) -> str:
+    space = matmul_space(spec)
+    params = {"BUFFERS": 2, "FUSE_EPILOGUE": True, "ACC_DTYPE": "float32", **params}
+    fused, fused_result = _epilogue_code(spec, "acc_ref[...]", "e{i}_ref", "acc_ref.shape[-1]")
+    outside, outside_result = _epilogue_code(spec, "out", "e{i}", "n")
+    extra = [f"e{o.index}_ref" for o in spec.operands]
     b = "None, " if spec.batched else ""
     g = "bb, " if spec.batched else ""
     kk_axis = 3 if spec.batched else 2
-    lhs_spec = f"pl.BlockSpec(({b}bm, bk), lambda {g}i, j, kk: ({g}i, kk))"
-    rhs_spec = (f"pl.BlockSpec(({b}bn, bk), lambda {g}i, j, kk: ({g}j, kk))" if spec.rhs_transposed
-                else f"pl.BlockSpec(({b}bk, bn), lambda {g}i, j, kk: ({g}kk, j))")
+    buffered = "pipeline_mode=pl.Buffered(BUFFERS)"
+    lhs_spec = f"pl.BlockSpec(({b}bm, bk), lambda {g}i, j, kk: ({g}i, kk), {buffered})"
+    rhs_spec = (f"pl.BlockSpec(({b}bn, bk), lambda {g}i, j, kk: ({g}j, kk), {buffered})" if spec.rhs_transposed
+                else f"pl.BlockSpec(({b}bk, bn), lambda {g}i, j, kk: ({g}kk, j), {buffered})")
     dims = "(((1,), (1,)), ((), ()))" if spec.rhs_transposed else "(((1,), (0,)), ((), ()))"
     lead = "bsz, " if spec.batched else ""
     shaped = {FULL: f"a{{i}}.reshape({lead}m, n)", ROW: f"a{{i}}.reshape({lead}m, 1)", COL: "a{i}.reshape(1, n)",
@@ -193,15 +206,24 @@ def matmul_source(spec: Matmul, params: dict[str, Any]) -> str:
     args = ", ".join(_signature(spec.n_inputs, spec.n_static))
     prepared = "\n".join(f"    e{o.index} = {pads[o.kind].format(x=shaped[o.kind].format(i=o.index))}"
                          for o in spec.operands)
-    in_specs = ", ".join([lhs_spec, rhs_spec] + [specs[o.kind] for o in spec.operands])
+    extra_specs = ", ".join(specs[o.kind] for o in spec.operands)
+    operands = "".join(f"e{o.index}, " for o in spec.operands)
     lhs_i, rhs_i = spec.lhs.index, spec.rhs.index
     same = spec.lhs.value.dtype == spec.rhs.value.dtype
     cast = "" if same else ".astype(jnp.float32)"
     precision = "lax.Precision.HIGHEST" if spec.highest else "None"
-    n_choice = "n" if spec.reduces else "_block(n, BLOCK_N, 128)"
-    out_cols = "n_p" if spec.out_kind == FULL else "1"
-    out_spec = (f"pl.BlockSpec(({b}bm, bn), lambda {g}i, j, kk: ({g}i, j))" if spec.out_kind == FULL
-                else f"pl.BlockSpec(({b}bm, 1), lambda {g}i, j, kk: ({g}i, 0))")
+    # Whole rows when a fused epilogue reduces over them; unfused, the plain matmul tiles N freely.
+    n_choice = "n if FUSE_EPILOGUE else _block(n, 512, 128)" if spec.reduces else "_block(n, BLOCK_N, 128)"
+    row_out = spec.out_kind == ROW
+    full_spec = f"pl.BlockSpec(({b}bm, bn), lambda {g}i, j, kk: ({g}i, j))"
+    row_spec = f"pl.BlockSpec(({b}bm, 1), lambda {g}i, j, kk: ({g}i, 0))"
+    # Unfused, the kernel returns the f32 matmul result and the epilogue runs outside it.
+    extra_in = f" + ([{extra_specs}] if fused else [])" if extra_specs else ""
+    out_spec = f"{row_spec} if fused else {full_spec}" if row_out else full_spec
+    out_cols = "1 if fused else n_p" if row_out else "n_p"
+    out_dtype = ("jnp.float32" if spec.output.dtype == "float32"
+                 else f"jnp.{spec.output.dtype} if fused else jnp.float32")
+    extra_args = f", *(({operands}) if fused else ())" if operands else ""
     grid = "(bsz, m_p // bm, n_p // bn, k_p // bk)" if spec.batched else "(m_p // bm, n_p // bn, k_p // bk)"
     semantics = ('("parallel", "parallel", "parallel", "arbitrary")' if spec.batched
                  else '("parallel", "parallel", "arbitrary")')
@@ -211,37 +233,43 @@ def matmul_source(spec: Matmul, params: dict[str, Any]) -> str:
         lhs_pad = "_padded(_padded(lhs, 1, m_p), 2, k_p)"
         rhs_pad = (f"_padded(_padded(a{rhs_i}, 1, n_p), 2, k_p)" if spec.rhs_transposed
                    else f"_padded(_padded(a{rhs_i}, 1, k_p), 2, n_p)")
-        out_shape = f"(bsz, m_p, {out_cols})"
-        crop = f"out[:, :m, :{'n' if spec.out_kind == FULL else '1'}]"
+        out_rows = "bsz, m_p"
+        crop = f"out[:, :m, :{'1' if row_out else 'n'}]"
     else:
         setup = (f"    k = a{lhs_i}.shape[-1]\n    n = a{rhs_i}.shape[{0 if spec.rhs_transposed else 1}]\n"
                  f"    lhs = a{lhs_i}.reshape(-1, k)\n    m = lhs.shape[0]\n")
         lhs_pad = "_padded(_padded(lhs, 0, m_p), 1, k_p)"
         rhs_pad = (f"_padded(_padded(a{rhs_i}, 0, n_p), 1, k_p)" if spec.rhs_transposed
                    else f"_padded(_padded(a{rhs_i}, 0, k_p), 1, n_p)")
-        out_shape = f"(m_p, {out_cols})"
-        crop = f"out[:m, :{'n' if spec.out_kind == FULL else '1'}]"
-    main_shape = f"a{lhs_i}.shape[:-1] + (n,)"
-    final = main_shape if spec.out_kind == FULL else f"a{lhs_i}.shape[:-1]"
+        out_rows = "m_p"
+        crop = f"out[:m, :{'1' if row_out else 'n'}]"
+    final = f"a{lhs_i}.shape[:-1]" if row_out else f"a{lhs_i}.shape[:-1] + (n,)"
     ops_per_element, transcendental = _flops(spec.epilogue)
     batch = "bsz * " if spec.batched else ""
-    space = matmul_space(spec)
-    return (_header("a matmul with its epilogue fused", spec) + _tunable(space, params) + "\n" + _HELPERS + f'''
+    unpack = f"        {', '.join(extra)}, = refs[:-2]\n" if extra else ""
+    return (_header("a matmul with its epilogue", spec) + _tunable(space, params) + "\n"
+            + 'ACC_TYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}\n' + _HELPERS + f'''
 
-def _kernel(lhs_ref, rhs_ref, {"".join(r + ", " for r in extra)}o_ref, acc_ref):
+def _kernel(lhs_ref, rhs_ref, *refs):
+    # refs: the epilogue's inputs (when it is fused), the output, the accumulator.
+    o_ref, acc_ref = refs[-2], refs[-1]
     kk = pl.program_id({kk_axis})
 
     @pl.when(kk == 0)
     def _init():
         acc_ref[...] = jnp.zeros_like(acc_ref)
 
+    # The MXU accumulates in f32; a bf16 accumulator (ACC_DTYPE) rounds the running sum at every K step.
     acc_ref[...] += lax.dot_general(lhs_ref[...]{cast}, rhs_ref[...]{cast}, {dims}, precision={precision},
-                                    preferred_element_type=jnp.float32)
+                                    preferred_element_type=jnp.float32).astype(acc_ref.dtype)
 
     @pl.when(kk == pl.num_programs({kk_axis}) - 1)
-    def _epilogue():
-{_body(code, "        ")}
-        o_ref[...] = jnp.broadcast_to({result}, o_ref.shape).astype(o_ref.dtype)
+    def _store():
+        if not FUSE_EPILOGUE:
+            o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+            return
+{unpack}{_body(fused, "        ")}
+        o_ref[...] = jnp.broadcast_to({fused_result}, o_ref.shape).astype(o_ref.dtype)
 
 
 def computation({args}):
@@ -250,20 +278,25 @@ def computation({args}):
     bk = _block(k, BLOCK_K, 128)
     m_p, n_p, k_p = _round_up(m, bm), _round_up(n, bn), _round_up(k, bk)
 {prepared}
+    fused = FUSE_EPILOGUE
     out = pl.pallas_call(
         _kernel,
         grid={grid},
-        in_specs=[{in_specs}],
+        in_specs=[{lhs_spec}, {rhs_spec}]{extra_in},
         out_specs={out_spec},
-        out_shape=jax.ShapeDtypeStruct({out_shape}, jnp.{spec.output.dtype}),
-        scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
+        out_shape=jax.ShapeDtypeStruct(({out_rows}, {out_cols}), {out_dtype}),
+        scratch_shapes=[pltpu.VMEM((bm, bn), ACC_TYPES[ACC_DTYPE])],
         compiler_params=pltpu.CompilerParams(dimension_semantics={semantics},
                                              vmem_limit_bytes=VMEM_LIMIT_BYTES),
         cost_estimate=pl.CostEstimate(
             flops={batch}(2 * m * n * k + {ops_per_element} * m * n), transcendentals={batch}{transcendental} * m * n,
             bytes_accessed=lhs.size * lhs.dtype.itemsize * (n_p // bn) + a{rhs_i}.size * a{rhs_i}.dtype.itemsize
             * (m_p // bm) + {batch}m * n * {_itemsize(spec.output.dtype)}),
-    )({lhs_pad}, {rhs_pad}{"".join(", e" + str(o.index) for o in spec.operands)})
+    )({lhs_pad}, {rhs_pad}{extra_args})
+    if not fused:
+        # The epilogue as XLA ops on the whole matmul result (what "no epilogue fusion" asks for).
+{_body(outside, "        ")}
+        out = jnp.broadcast_to({outside_result}, {outside_result}.shape).astype(jnp.{spec.output.dtype})
     return {crop}.reshape({final})
 ''')
 

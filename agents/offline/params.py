@@ -10,6 +10,7 @@ from typing import Any
 from agents.offline.attention import Attention, attention_params
 from agents.offline.emit import space_of
 from agents.offline.families import Matmul, Rowwise, Spec
+from agents.offline.program import Program, Value
 from tpu_runner.hardware import ChipSpec
 
 MiB = 2**20
@@ -99,6 +100,28 @@ def matmul_params(spec: Matmul, chip: ChipSpec) -> tuple[dict[str, Any], list[st
         reasons.append(f"The {len(spec.epilogue)}-op epilogue runs on the f32 accumulator in VMEM at the last K "
                        "step, so the matmul result never goes to HBM and back.")
     return params, reasons
+
+
+def cost_line(program: Program, chip: ChipSpec) -> str:
+    """FLOPs, compulsory bytes and the roofline class of the reference's program on the chip."""
+    flops = 0.0
+    for op in program.ops:
+        if op.prim == "dot_general":
+            (lhs_contract, _), _ = op.params["dimension_numbers"]
+            lhs = op.args[0]
+            depth = _size(tuple(lhs.shape[d] for d in lhs_contract)) if isinstance(lhs, Value) else 1
+            flops += 2.0 * op.out.size * depth
+        else:
+            flops += max((a.size for a in op.args if isinstance(a, Value)), default=op.out.size)
+    moved = sum(v.size * _itemsize(v.dtype) for v in program.inputs)
+    moved += sum(v.size * _itemsize(v.dtype) for v in program.outputs if isinstance(v, Value))
+    dtype = program.inputs[0].dtype if program.inputs else "float32"
+    peak = chip.peak_for(dtype)
+    seconds = max(flops / peak, moved / chip.hbm_bandwidth)
+    bound = "compute" if flops / peak > moved / chip.hbm_bandwidth else "memory"
+    return (f"{flops / 1e9:.3g} GFLOP and {moved / 2**20:.0f} MiB that must cross HBM (inputs read once, output "
+            f"written once): {flops / max(moved, 1):.1f} FLOP/byte against a ridge of "
+            f"{peak / chip.hbm_bandwidth:.0f}, so {bound}-bound, roofline {seconds * 1e3:.3g} ms on {chip.name}.")
 
 
 def choose(spec: Spec, chip: ChipSpec) -> tuple[dict[str, Any], list[str]]:

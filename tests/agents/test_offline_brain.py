@@ -140,9 +140,24 @@ def test_random_epilogue_chains_get_ok_or_a_clear_refusal(tmp_path: Path, settin
         dtype = "bfloat16" if i % 2 else "float32"
         task = load_task(chain_task(tmp_path, f"chain{i}", chain, dtype, m, k, n))
         spec = analyse(task, V6E)
-        requests.append(EvalRequest(task.path, _write(tmp_path, f"k{i}", source(spec, choose(spec, V6E)[0])), "v6e"))
-        chains.append((chain, dtype, (m, k, n)))
+        # Half of them with the epilogue outside the kernel, one with single-buffered inputs.
+        params = {**choose(spec, V6E)[0], "FUSE_EPILOGUE": i % 2 == 0, "BUFFERS": 1 if i == 2 else 2}
+        requests.append(EvalRequest(task.path, _write(tmp_path, f"k{i}", source(spec, params)), "v6e"))
+        chains.append((chain, dtype, (m, k, n), params))
     results = evaluate_many(requests, settings)
     failures = [(c, getattr(r, "message", repr(r))) for c, r in zip(chains, results, strict=True)
                 if getattr(r, "verdict", None) != "ok"]
     assert not failures, failures
+
+
+def test_the_epilogue_fusion_and_accumulation_are_parameters_a_person_can_redirect() -> None:
+    task = load_task(TASKS / "matmul_bias_gelu")
+    brain = OfflineBrain(task=task, chip=V6E)
+    ctx = task_context(task, V6E)
+    plan = subagents.plan(brain, ctx, redirect="no epilogue fusion, single buffering, bf16 accumulation")
+    impact = plan.sections["expected impact"]
+    assert "FUSE_EPILOGUE = False" in impact and "BUFFERS = 1" in impact
+    assert "bf16 accumulation (this kernel has no ACC_DTYPE = 'bfloat16')" in impact  # f32 operands
+    code = subagents.implement(brain, ctx, plan)
+    assert tunable.current(code)["FUSE_EPILOGUE"] is False
+    assert "GFLOP" in plan.sections["analysis"] and "compute-bound" in plan.sections["analysis"]
