@@ -81,10 +81,11 @@ LIBRARY: tuple[Strategy, ...] = (
              advice="Smaller byte-sized blocks leave VMEM for double buffering and give more grid steps to split "
                     "across cores."),
     Strategy("deeper_pipeline", "Deeper input buffering", "pipelining", move=Move(("BUFFERS",), 1),
-             advice="Give the streamed inputs a third buffer (pipeline_mode=pl.Buffered(3) on their BlockSpec) "
-                    "when DMA latency shows between grid steps."),
+             advice="Double-buffer the streamed inputs (pipeline_mode=pl.Buffered(2), the default) so the next "
+                    "block's DMA overlaps this block's work."),
     Strategy("shallower_pipeline", "Shallower input buffering", "pipelining", move=Move(("BUFFERS",), -1),
-             advice="Drop to double buffering to free VMEM for larger tiles."),
+             advice="Single-buffer an input (pipeline_mode=pl.Buffered(1)) whose block index rarely changes, to "
+                    "free VMEM for larger tiles."),
     Strategy("raise_vmem_limit", "Raise the scoped VMEM limit", "memory", move=Move(("VMEM_LIMIT_BYTES",), 1),
              advice="Set vmem_limit_bytes in pltpu.CompilerParams above the 16/32 MiB default so larger tiles "
                     "and double buffers compile (v5e/v6e have 128 MiB of VMEM, v5p 95 MiB)."),
@@ -109,6 +110,7 @@ LIBRARY: tuple[Strategy, ...] = (
              advice="Use lax.dot_general with dimension numbers (e.g. contracting the last axes of q and k) instead "
                     "of transposing a block in VMEM; XLU transposes compete with the MXU."),
     Strategy("fuse_epilogue", "Fuse the epilogue into the kernel", "fusion", families=("matmul_epilogue",),
+             move=Move(("FUSE_EPILOGUE",), -1),  # (True, False): towards True
              advice="Apply bias, activation, scaling and row reductions to the f32 accumulator in VMEM before the "
                     "single store, instead of writing the matmul result to HBM and reading it back."),
     Strategy("fuse_passes", "One pass instead of several", "fusion", families=ROWS,
