@@ -162,11 +162,11 @@ class OfflineBrain:
     def _plan(self, prompt: str) -> str:
         assert self.spec is not None
         space = emit.space_of(self.spec)
-        params, reasons = choose(self.spec, self.chip)
-        note = ""
+        own, reasons = choose(self.spec, self.chip)
+        params, note = own, ""
         if "redirected the work:" in prompt:
             text = prompt.split("redirected the work:", 1)[1].split("\nFollow it.", 1)[0]
-            base = self.history[-1] if self.history else params
+            base = self.history[-1] if self.history else own
             params, done, unknown = parse_redirect(text, base, space)
             note = f"Redirect applied: {', '.join(done) or 'nothing'}."
             if unknown:
@@ -179,6 +179,11 @@ class OfflineBrain:
                     "this brain's order (its first choice, then one strategy move at a time).")
         self.plans += 1
         self.history.append(params)
+        if params != own:
+            # The reasons below were for the brain's own choice; say so rather than let them describe other numbers.
+            changed = ", ".join(f"{k} {own.get(k)} -> {v}" for k, v in params.items() if own.get(k) != v)
+            reasons = [reasons[0], f"This plan departs from the brain's own choice ({changed}). Its own choice "
+                       "was reasoned so:", *reasons[1:]]
         return self._render_plan(params, reasons, note)
 
     def _render_plan(self, params: dict[str, Any], reasons: list[str], note: str) -> str:

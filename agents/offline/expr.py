@@ -112,11 +112,13 @@ class BlockCode:
             self.bind(value, literal(source), kind)
 
     def _row_length(self, prim: str, arg: Arg, text: str) -> str:
-        """A mean over the row divides by its length: keep that length symbolic, so the kernel serves any width."""
+        """Means and variances divide by the row's length (or its reciprocal, or N - ddof): keep that length
+        symbolic, so the kernel serves any width. A constant that only happens to equal it would make the kernel
+        wrong at other widths, which the evaluator's checks on other shapes catch."""
         length = float(self.main[-1])
-        if isinstance(arg, float) and prim == "div" and arg == length:
+        if isinstance(arg, float) and arg == length and length > 1:
             return f"float({self.cols})"
-        if isinstance(arg, float) and prim == "mul" and math.isclose(arg, 1.0 / length, rel_tol=1e-6):
+        if isinstance(arg, float) and prim == "mul" and length > 1 and math.isclose(arg, 1.0 / length, rel_tol=1e-6):
             return f"(1.0 / {self.cols})"
         return text
 
@@ -152,8 +154,10 @@ class BlockCode:
             self.bind(op.out, f"lax.integer_pow({self.ref(op.args[0])}, {int(op.params['y'])})", kind)
         elif op.prim in _BINARY:
             left, right = self.ref(op.args[0]), self.ref(op.args[1])
-            if self.cols and op.prim in ("div", "mul") and self.kind(op.args[0]) == ROW:
+            if self.cols and self.kind(op.args[0]) in (ROW, SCALAR):
                 right = self._row_length(op.prim, op.args[1], right)
+            if self.cols and self.kind(op.args[1]) in (ROW, SCALAR):
+                left = self._row_length(op.prim, op.args[0], left)
             self.bind(op.out, _BINARY[op.prim].format(left, right), kind)
         elif op.prim == "select_n":
             if len(op.args) != 3:
