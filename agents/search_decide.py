@@ -6,6 +6,8 @@ Three ways to spend a budget of evaluations:
   its own order and moves on from its best candidate so far.
 - `tune` (the autotuner): points of the seed's TUNABLE space drawn at random, all at once, so every free
   runner takes one.
+- `hybrid`: a third of the budget on random points of the space (so a good region behind a worse first step
+  is not missed), the rest as `beam` from the best of everything found.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-SEARCH_STRATEGIES = ("beam", "parallel", "tune")
+SEARCH_STRATEGIES = ("beam", "parallel", "tune", "hybrid")
 ROOT_STRATEGY = "seed"
 
 
@@ -115,6 +117,13 @@ def next_expansions(graph: Graph, config: SearchConfig, options: Options, sample
         return []
     if config.strategy == "tune":
         return _tune(graph, config, left, sampler)
+    if config.strategy == "hybrid":
+        explored = sum(n.strategy == "tune" for n in graph.nodes)
+        wanted = max(config.width, config.budget // 3) - explored
+        if wanted > 0 and sampler is not None:
+            drawn = _tune(graph, config, min(wanted, left, config.width - in_flight), sampler)
+            if drawn:
+                return drawn
     slots = min(left, config.width - in_flight)
     if slots <= 0:
         return []

@@ -2,7 +2,8 @@
 the same budget; and how much time the paradigm itself adds per evaluation.
 
 For each task (seeded with its solutions/pallas.py, whose TUNABLE space both methods explore): one beam search
-(parametric strategies from the library, no brain) and --random-seeds runs of the autotuner (`tune`: uniform
+(parametric strategies from the library, no brain), one hybrid search (a third of the budget at random, then
+beam) and --random-seeds runs of the autotuner (`tune`: uniform
 random points of the space), each with --budget evaluations, on a fresh SQLite database with an in-process runner
 of --workers. Per run: the best speedup found and the evaluation (1-based, in the order they were recorded) at
 which it was first reached; candidates stopped at the IR gate as duplicates of an evaluated program.
@@ -83,7 +84,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="kb-search-bench-") as tmp:
         for task in args.tasks.split(","):
-            runs = [("beam", 0)] + [("tune", s) for s in range(1, args.random_seeds + 1)]
+            runs = [("beam", 0), ("hybrid", 1)] + [("tune", s) for s in range(1, args.random_seeds + 1)]
             for strategy, seed in runs:
                 row = run_one(task, strategy, args.budget, args.workers, seed, Path(tmp))
                 rows.append(row)
@@ -95,8 +96,10 @@ def main() -> None:
     for task in args.tasks.split(","):
         mine = [r for r in rows if r["task"] == task]
         beam = next(r for r in mine if r["method"] == "beam")
-        randoms = [r for r in mine if r["method"] != "beam"]
-        print(f"  {task:<18} beam x{beam['best']:.3f} at {beam['reached_at']}; random mean best "
+        hybrid = next(r for r in mine if r["method"] == "hybrid")
+        randoms = [r for r in mine if r["method"].startswith("random")]
+        print(f"  {task:<18} beam x{beam['best']:.3f} at {beam['reached_at']}; hybrid x{hybrid['best']:.3f} at "
+              f"{hybrid['reached_at']}; random mean best "
               f"x{statistics.fmean(r['best'] for r in randoms):.3f}, reached at "
               f"{[r['reached_at'] for r in randoms]}")
     added = [r["added_mean"] for r in rows if r["added_mean"] == r["added_mean"]]

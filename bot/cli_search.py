@@ -22,8 +22,9 @@ def register(app: typer.Typer) -> None:
         app.registered_commands.append(command)
 
 
-Strategy = Annotated[str, typer.Option("--strategy", help="beam | parallel | tune (the autotuner: random points of "
-                                       "the seed's TUNABLE space, all at once).")]
+Strategy = Annotated[str, typer.Option("--strategy", help="beam | parallel | hybrid (a third of the budget on random "
+                                       "points, then beam) | tune (the autotuner: random points of the seed's "
+                                       "TUNABLE space, all at once).")]
 Budget = Annotated[int, typer.Option("--budget", help="Evaluations at most (duplicates stopped at the IR gate "
                                      "do not count).")]
 Width = Annotated[int, typer.Option("--width", help="Beam width / trajectories / candidates in flight.")]

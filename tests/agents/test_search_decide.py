@@ -159,3 +159,19 @@ def test_an_exhausted_node_gives_its_beam_place_to_the_next_best() -> None:
     graph = Graph([N(1, speedup=1.0), N(2, 1, speedup=3.0, strategy="z", depth=1)])
     out = next_expansions(graph, SearchConfig("beam", budget=10, width=1), only_for_node_1)
     assert out == [Expansion(1, "a", 0, {"X": 1})]
+
+
+def test_hybrid_explores_a_third_of_the_budget_at_random_then_climbs() -> None:
+    space = {"A": (1, 2, 3, 4), "B": (10, 20, 30)}
+
+    def sampler(n: int, rng: random.Random, known: list[dict]) -> list[dict]:
+        return tunable.sample(space, n, rng, tuple(known))
+
+    config = SearchConfig("hybrid", budget=9, width=2)
+    graph = Graph([N(1, params={"A": 1, "B": 10})])
+    first = next_expansions(graph, config, options_abc, sampler)
+    assert [e.strategy for e in first] == ["tune", "tune"]
+    explored = Graph(graph.nodes + [N(i, 1, strategy="tune", speedup=float(i), params={"A": i, "B": 20}, depth=1)
+                                    for i in (2, 3, 4)])
+    climb = next_expansions(explored, config, options_abc, sampler)
+    assert climb and all(e.strategy != "tune" for e in climb) and climb[0].parent_id == 4  # from the best found
