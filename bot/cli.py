@@ -49,6 +49,7 @@ def _friendly(exc: Exception) -> tuple[str, str] | None:
         (SettingsError, "fix the environment variable named above"),
         (SchemaOutdated, "run `kernelbot db upgrade`"),
         (JobNotFound, "`kernelbot jobs` lists the jobs"),
+        (LookupError, "check the id; the session may live in another KERNELBOT_HOME or database"),
         (BrainUnavailable, "see `kernelbot optimize --help`"),
         (ValueError, "check the command's options (`kernelbot COMMAND --help`) and the settings it names"),
     ]

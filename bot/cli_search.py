@@ -36,13 +36,11 @@ Brain = Annotated[str | None, typer.Option("--brain", help="offline | anthropic 
 
 def _search_one(task_dir: Path, *, strategy: str, budget: int, width: int, brain: str | None, seed: Path | None,
                 target: str | None, quiet: bool) -> dict[str, Any]:
-    """Run one search to the end with a local runner; the outcome as JSON (plus the graph picture)."""
+    """Start a search and run it to the end with a local runner; the outcome as JSON (plus the graph picture)."""
     from agents.brain import Budget as BrainBudget
     from agents.brains import default_brain, make_brain
-    from agents.local import run_until_settled
-    from agents.search import NODE_JOB, load_graph, outcome, start_search
+    from agents.search import start_search
     from agents.search_decide import SearchConfig
-    from agents.search_graph import render_search_graph
     from storage.database import open_database
     from tpu_runner.hardware import get_chip
     from tpu_runner.tasks import load_task
@@ -60,6 +58,22 @@ def _search_one(task_dir: Path, *, strategy: str, budget: int, width: int, brain
     with Session(engine) as s, s.begin():
         session_id = start_search(s, task=task, target=chip.name, config=config, seed_code=seed_code,
                                   brain=brain_name)
+    return _run_to_end(engine, session_id, quiet=quiet)
+
+
+def _run_to_end(engine: Any, session_id: str, *, quiet: bool) -> dict[str, Any]:
+    """Serve a search session's jobs here until it is over (also what --resume does after a crash)."""
+    from agents.local import run_until_settled
+    from agents.search import NODE_JOB, load_graph, outcome
+    from agents.search_graph import render_search_graph
+    from storage import sessions
+
+    settings = get_settings()
+    with Session(engine) as s:
+        record = sessions.get_session(s, session_id=session_id)
+        if record.mode != "search":
+            raise ValueError(f"session {session_id} is a {record.mode} session, not a search")
+        budget = int((record.budget or {})["search"]["budget"])
     last = [""]
 
     def show() -> None:
@@ -75,15 +89,16 @@ def _search_one(task_dir: Path, *, strategy: str, budget: int, width: int, brain
     with Session(engine) as s:
         result = outcome(s, session_id)
         graph, _, _ = load_graph(s, session_id)
+        target = sessions.get_session(s, session_id=session_id).target
     picture = render_search_graph(graph, settings.artifacts_dir / "sessions" / session_id / "search_graph.png",
-                                  title=f"{task.task_id} on {chip.name}: {strategy} search, {result.evaluations} "
+                                  title=f"{result.task} on {target}: {result.strategy} search, {result.evaluations} "
                                         "evaluations")
-    return {**result.to_json(), "target": chip.name, "graph_png": str(picture)}
+    return {**result.to_json(), "target": target, "graph_png": str(picture)}
 
 
 @_app.command("search")
 def search_command(
-    task: Annotated[Path, typer.Option("--task", help="Task directory.")],
+    task: Annotated[Path | None, typer.Option("--task", help="Task directory.")] = None,
     strategy: Strategy = "beam",
     budget: Budget = 12,
     width: Width = 2,
@@ -91,14 +106,23 @@ def search_command(
                                               "current one) instead of one the brain writes.")] = None,
     brain: Brain = None,
     target: Target = None,
+    resume: Annotated[str | None, typer.Option("--resume", help="Go on with this search session (after a crash or "
+                                               "Ctrl-C) instead of starting one.")] = None,
     as_json: AsJson = False,
 ) -> None:
     """Search a graph of candidates: expand the best ones along the strategy library, evaluate each distinct
     program once, keep the best."""
 
     def run() -> int:
-        summary = _search_one(task, strategy=strategy, budget=budget, width=width, brain=brain, seed=seed,
-                              target=target, quiet=as_json)
+        if resume:
+            from storage.database import open_database
+
+            summary = _run_to_end(open_database(get_settings()), resume, quiet=as_json)
+        elif task is None:
+            raise ValueError("search needs --task DIR (or --resume SESSION)")
+        else:
+            summary = _search_one(task, strategy=strategy, budget=budget, width=width, brain=brain, seed=seed,
+                                  target=target, quiet=as_json)
         if as_json:
             print(json.dumps(summary, indent=1))
         elif summary["improved"]:

@@ -81,3 +81,45 @@ def test_optimize_with_the_offline_brain_needs_no_key(tmp_path: Path) -> None:
     result = json.loads(proc.stdout)
     assert result["verdict"] == "ok" and result["evaluations"] == 2 and result["speedup"] > 1.0
     assert "offline brain" in Path(result["kernel_path"]).read_text()
+
+
+def test_resume_of_an_unknown_session_or_no_task_says_what_to_do(tmp_path: Path) -> None:
+    proc = subprocess.run([*KERNELBOT, "search", "--resume", "nosuchsession"], capture_output=True, text=True,
+                          env=_env(tmp_path), timeout=120, cwd=REPO)
+    assert proc.returncode == 2 and "no session nosuchsession" in proc.stderr
+    proc = subprocess.run([*KERNELBOT, "search"], capture_output=True, text=True, env=_env(tmp_path), timeout=120,
+                          cwd=REPO)
+    assert proc.returncode == 2 and "needs --task DIR (or --resume SESSION)" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_killed_search_resumes_from_the_cli(tmp_path: Path) -> None:
+    import signal
+    import sqlite3
+    import time
+
+    env = _env(tmp_path)
+    proc = subprocess.Popen([*KERNELBOT, "search", "--task", str(TASKS / "softmax"), "--seed",
+                             str(TASKS / "softmax/solutions/pallas.py"), "--budget", "3", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO, start_new_session=True)
+    db = tmp_path / "kernelbot.db"
+    deadline = time.monotonic() + 120
+    evaluated = 0
+    while time.monotonic() < deadline and not evaluated:
+        time.sleep(0.5)
+        try:
+            with sqlite3.connect(db) as conn:
+                evaluated = conn.execute("select count(*) from evaluations").fetchone()[0]
+        except sqlite3.OperationalError:
+            continue  # not created or not migrated yet
+    os.killpg(proc.pid, signal.SIGKILL)  # the process and its evaluation children, mid-search
+    proc.wait()
+    assert evaluated >= 1
+    with sqlite3.connect(db) as conn:
+        (session_id,) = conn.execute("select id from sessions").fetchone()
+        assert conn.execute("select status from sessions").fetchone()[0] == "active"
+    resumed = subprocess.run([*KERNELBOT, "search", "--resume", session_id, "--json"], capture_output=True,
+                             text=True, env=env, timeout=600, cwd=REPO)
+    assert resumed.returncode == 0, resumed.stderr
+    result = json.loads(resumed.stdout)
+    assert result["status"] == "done" and result["evaluations"] == 3 and result["verdict"] == "ok"
