@@ -1,0 +1,289 @@
+"""A stateful fake of the Slack Web API, for the real `slack_sdk` client (base_url pointed here).
+
+It keeps channels, messages with real-looking `ts`, threads, edits, metadata, ephemeral messages, views and
+uploaded files, and enforces what a bot must respect: the bot token, a per-channel posting rate (a burst, then
+HTTP 429 with Retry-After), block limits (`invalid_blocks`, `msg_blocks_too_long`), edits of the bot's own
+messages only, and an outage switch (HTTP 503). Tests read the state directly.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import itertools
+import json
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+BOT_TOKEN = "xoxb-kernelbot-test"
+BOT_USER = "UBOT"
+TEAM = "T0001"
+MAX_BLOCKS = 50
+SECTION_LIMIT = 3000
+BLOCKS_TEXT_LIMIT = 12000
+TEXT_LIMIT = 40000
+
+
+@dataclass
+class Message:
+    channel: str
+    ts: str
+    text: str
+    user: str = BOT_USER
+    blocks: list[dict[str, Any]] = field(default_factory=list)
+    thread_ts: str | None = None
+    metadata: dict[str, Any] | None = None
+    files: list[str] = field(default_factory=list)
+    edits: int = 0
+
+
+@dataclass
+class FakeSlack:
+    base_url: str = ""
+    messages: dict[str, list[Message]] = field(default_factory=dict)  # channel -> in order
+    ephemeral: list[dict[str, Any]] = field(default_factory=list)
+    views: dict[str, dict[str, Any]] = field(default_factory=dict)  # view id -> view
+    home: dict[str, dict[str, Any]] = field(default_factory=dict)  # user -> published view
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    down: bool = False
+    burst: int = 3  # messages a channel takes at once before the rate applies
+    per_second: float = 1.0  # chat.postMessage per channel, after the burst
+    rate_limited: int = 0  # 429s answered
+    _stamps: dict[str, list[float]] = field(default_factory=dict)
+    _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    _clock: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # -- reading the state ----------------------------------------------------------------------------------------
+    def thread(self, channel: str, ts: str) -> list[Message]:
+        return [m for m in self.messages.get(channel, []) if m.ts == ts or m.thread_ts == ts]
+
+    def find(self, channel: str, ts: str) -> Message | None:
+        return next((m for m in self.messages.get(channel, []) if m.ts == ts), None)
+
+    # -- the API --------------------------------------------------------------------------------------------------
+    def _ts(self) -> str:
+        return f"{1796000000 + next(self._clock)}.{next(self._clock) % 1000000:06d}"
+
+    def _rate_ok(self, channel: str) -> float:
+        """0 when a post to this channel may go now, else the seconds to wait (Retry-After)."""
+        now = time.monotonic()
+        stamps = [t for t in self._stamps.get(channel, []) if now - t < self.burst / self.per_second]
+        self._stamps[channel] = stamps
+        if len(stamps) >= self.burst:
+            return max(1.0, stamps[0] + self.burst / self.per_second - now)
+        stamps.append(now)
+        return 0.0
+
+    @staticmethod
+    def _check_blocks(blocks: list[dict[str, Any]]) -> str | None:
+        if len(blocks) > MAX_BLOCKS:
+            return "invalid_blocks"
+        total = 0
+        for block in blocks:
+            text = (block.get("text") or {}).get("text", "") if block.get("type") == "section" else ""
+            if len(text) > SECTION_LIMIT:
+                return "invalid_blocks"
+            total += len(json.dumps(block))
+        return "msg_blocks_too_long" if total > BLOCKS_TEXT_LIMIT * 2 else None
+
+    def call(self, method: str, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        with self.lock:
+            self.calls.append((method, args))
+            handler = getattr(self, "m_" + method.replace(".", "_"), None)
+            if handler is None:
+                return 200, {"ok": False, "error": "unknown_method"}, {}
+            return handler(args)
+
+    def m_auth_test(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        return 200, {"ok": True, "url": "https://kernelbot-test.slack.com/", "team": "test", "user": "kernelbot",
+                     "team_id": TEAM, "user_id": BOT_USER, "bot_id": "B0001"}, {}
+
+    def m_chat_postMessage(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:  # noqa: N802
+        channel = str(args.get("channel") or "")
+        if not channel:
+            return 200, {"ok": False, "error": "channel_not_found"}, {}
+        wait = self._rate_ok(channel)
+        if wait:
+            self.rate_limited += 1
+            return 429, {"ok": False, "error": "ratelimited"}, {"Retry-After": str(int(wait + 0.999))}
+        blocks = _json_arg(args.get("blocks")) or []
+        problem = self._check_blocks(blocks)
+        if problem:
+            return 200, {"ok": False, "error": problem}, {}
+        text = str(args.get("text") or "")
+        warning = "message_truncated" if len(text) > TEXT_LIMIT else None
+        thread_ts = args.get("thread_ts")
+        if thread_ts and not self.find(channel, str(thread_ts)):
+            return 200, {"ok": False, "error": "thread_not_found"}, {}
+        message = Message(channel=channel, ts=self._ts(), text=text[:TEXT_LIMIT], blocks=blocks,
+                          thread_ts=str(thread_ts) if thread_ts else None, metadata=_json_arg(args.get("metadata")))
+        self.messages.setdefault(channel, []).append(message)
+        body: dict[str, Any] = {"ok": True, "channel": channel, "ts": message.ts,
+                                "message": {"text": message.text, "ts": message.ts, "user": BOT_USER}}
+        if warning:
+            body["warning"] = warning
+        return 200, body, {}
+
+    def m_chat_update(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        message = self.find(str(args.get("channel")), str(args.get("ts")))
+        if message is None:
+            return 200, {"ok": False, "error": "message_not_found"}, {}
+        if message.user != BOT_USER:
+            return 200, {"ok": False, "error": "cant_update_message"}, {}
+        blocks = _json_arg(args.get("blocks"))
+        if blocks is not None:
+            problem = self._check_blocks(blocks)
+            if problem:
+                return 200, {"ok": False, "error": problem}, {}
+            message.blocks = blocks
+        if "text" in args:
+            message.text = str(args["text"])[:TEXT_LIMIT]
+        message.edits += 1
+        return 200, {"ok": True, "channel": message.channel, "ts": message.ts}, {}
+
+    def m_chat_postEphemeral(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:  # noqa: N802
+        self.ephemeral.append(dict(args))
+        return 200, {"ok": True, "message_ts": self._ts()}, {}
+
+    def m_conversations_replies(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        channel, ts = str(args.get("channel")), str(args.get("ts"))
+        if not self.find(channel, ts):
+            return 200, {"ok": False, "error": "thread_not_found"}, {}
+        with_metadata = str(args.get("include_all_metadata", "")).lower() in ("1", "true")
+        out = []
+        for m in self.thread(channel, ts):
+            item = {"ts": m.ts, "text": m.text, "user": m.user, "blocks": m.blocks, "thread_ts": m.thread_ts or m.ts}
+            if with_metadata and m.metadata:
+                item["metadata"] = m.metadata
+            out.append(item)
+        return 200, {"ok": True, "messages": out, "has_more": False}, {}
+
+    def m_views_open(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        if not args.get("trigger_id"):
+            return 200, {"ok": False, "error": "invalid_trigger_id"}, {}
+        view = _json_arg(args.get("view")) or {}
+        view_id = f"V{next(self._ids):05d}"
+        self.views[view_id] = {**view, "id": view_id}
+        return 200, {"ok": True, "view": self.views[view_id]}, {}
+
+    def m_views_update(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        view_id = str(args.get("view_id"))
+        if view_id not in self.views:
+            return 200, {"ok": False, "error": "not_found"}, {}
+        self.views[view_id] = {**(_json_arg(args.get("view")) or {}), "id": view_id}
+        return 200, {"ok": True, "view": self.views[view_id]}, {}
+
+    def m_views_publish(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        self.home[str(args.get("user_id"))] = _json_arg(args.get("view")) or {}
+        return 200, {"ok": True}, {}
+
+    def m_files_getUploadURLExternal(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:  # noqa: N802
+        file_id = f"F{next(self._ids):05d}"
+        self.files[file_id] = {"id": file_id, "name": args.get("filename"), "length": int(args.get("length", 0)),
+                               "content": None}
+        return 200, {"ok": True, "file_id": file_id, "upload_url": f"{self.base_url}upload/{file_id}"}, {}
+
+    def m_files_completeUploadExternal(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:  # noqa: N802
+        files = _json_arg(args.get("files")) or []
+        channel = args.get("channel_id")
+        for f in files:
+            stored = self.files.get(f["id"])
+            if stored is None or stored["content"] is None:
+                return 200, {"ok": False, "error": "file_not_found"}, {}
+            stored["title"] = f.get("title")
+        if channel:
+            message = Message(channel=str(channel), ts=self._ts(), text=str(args.get("initial_comment") or ""),
+                              thread_ts=args.get("thread_ts"), files=[f["id"] for f in files])
+            self.messages.setdefault(str(channel), []).append(message)
+        return 200, {"ok": True, "files": [{"id": f["id"], "title": f.get("title")} for f in files]}, {}
+
+    def upload(self, file_id: str, content: bytes) -> int:
+        with self.lock:
+            stored = self.files.get(file_id)
+            if stored is None:
+                return 404
+            stored["content"] = content
+            return 200
+
+
+def _json_arg(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return None
+    return value
+
+
+def _file_bytes(headers: Any, raw: bytes) -> bytes:
+    """The uploaded bytes, from a raw body or the file part of a multipart form."""
+    content_type = headers.get("Content-Type") or ""
+    if not content_type.startswith("multipart/"):
+        return raw
+    message = email.parser.BytesParser().parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + raw)
+    for part in message.walk():
+        if part.get_filename() or part.get_param("name", header="content-disposition") == "file":
+            return part.get_payload(decode=True) or b""
+    return raw
+
+
+def _handler(fake: FakeSlack) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _reply(self, status: int, body: dict[str, Any], headers: dict[str, str]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self) -> None:  # noqa: N802
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            path = self.path.split("?")[0].strip("/").removeprefix("api/")
+            if path.startswith("upload/"):
+                self._reply(fake.upload(path.split("/", 1)[1], _file_bytes(self.headers, raw)), {"ok": True}, {})
+                return
+            if fake.down:
+                self._reply(503, {"ok": False, "error": "service_unavailable"}, {})
+                return
+            token = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
+            content_type = self.headers.get("Content-Type") or ""
+            if "json" in content_type:
+                args = json.loads(raw or b"{}")
+            else:
+                args = {k: v[-1] for k, v in urllib.parse.parse_qs(raw.decode()).items()}
+            token = token or str(args.pop("token", ""))
+            if token != BOT_TOKEN:
+                self._reply(200, {"ok": False, "error": "invalid_auth"}, {})
+                return
+            self._reply(*fake.call(path, args))
+
+        do_GET = do_POST
+
+    return Handler
+
+
+@contextmanager
+def fake_slack() -> Iterator[FakeSlack]:
+    fake = FakeSlack()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
+    fake.base_url = f"http://127.0.0.1:{server.server_address[1]}/api/"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield fake
+    finally:
+        server.shutdown()
+        server.server_close()
