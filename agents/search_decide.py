@@ -127,7 +127,7 @@ def next_expansions(graph: Graph, config: SearchConfig, options: Options, sample
     slots = min(left, config.width - in_flight)
     if slots <= 0:
         return []
-    if config.strategy == "beam":
+    if config.strategy in ("beam", "hybrid"):
         return _beam(graph, config, options, slots)
     return _parallel(graph, config, options, slots)
 

@@ -175,3 +175,4 @@ def test_hybrid_explores_a_third_of_the_budget_at_random_then_climbs() -> None:
                                     for i in (2, 3, 4)])
     climb = next_expansions(explored, config, options_abc, sampler)
     assert climb and all(e.strategy != "tune" for e in climb) and climb[0].parent_id == 4  # from the best found
+    assert [e.parent_id for e in climb] == [4, 3]  # the beam's two best, not one trajectory each
