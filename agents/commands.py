@@ -23,12 +23,12 @@ def _enqueue_advance(s: Session, *, session_id: str, mode: str, target: str) -> 
 
 
 def start_session(engine: Engine, *, mode: str, task: Task, target: str, owner: str | None = None,
-                  budget: dict[str, Any] | None = None) -> str:
+                  budget: dict[str, Any] | None = None, slack_channel: str | None = None) -> str:
     if mode not in ADVANCE_KIND:
         raise ValueError(f"mode {mode!r} cannot be started here; choose one of {', '.join(ADVANCE_KIND)}")
     with Session(engine) as s, s.begin():
         record = sessions.create_session(s, mode=mode, task=task.task_id, task_dir=str(task.path), target=target,
-                                         owner=owner, budget=budget or {})
+                                         owner=owner, budget=budget or {}, slack_channel=slack_channel)
         sessions.add_event(s, session_id=record.id, kind="session_started",
                            payload={"mode": mode, "task": task.task_id, "target": target, "owner": owner})
         _enqueue_advance(s, session_id=record.id, mode=mode, target=target)

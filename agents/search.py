@@ -89,7 +89,7 @@ def _params_of(code: str) -> dict[str, Any] | None:
 
 
 def start_search(s: Session, *, task: Task, target: str, config: SearchConfig, seed_code: str | None,
-                 brain: str | None, owner: str | None = None) -> str:
+                 brain: str | None, owner: str | None = None, slack_channel: str | None = None) -> str:
     """Record a search session with its seed candidate and enqueue the first jobs; returns the session id."""
     if seed_code is None and brain is None:
         raise SearchError("a search needs a seed kernel (--seed FILE) or a brain to write one (--brain)")
@@ -104,7 +104,8 @@ def start_search(s: Session, *, task: Task, target: str, config: SearchConfig, s
             raise SearchError("without a brain the search can only move tunable parameters, and the seed kernel "
                               "declares no TUNABLE space; add one (see agents/tunable.py) or use --brain")
     record = sessions.create_session(s, mode="search", task=task.task_id, target=target, owner=owner,
-                                     task_dir=str(task.path), budget={"search": config.to_json(), "brain": brain})
+                                     task_dir=str(task.path), budget={"search": config.to_json(), "brain": brain},
+                                     slack_channel=slack_channel)
     code = seed_code or ""
     sessions.add_candidate(s, task=task.task_id, code=code, content_hash=_digest(code) if code else "",
                            session_id=record.id, strategy=ROOT_STRATEGY,

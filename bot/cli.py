@@ -35,6 +35,7 @@ def _friendly(exc: Exception) -> tuple[str, str] | None:
     from sqlalchemy.exc import OperationalError
 
     from agents.brains import BrainUnavailable
+    from bot.slack_app import SlackSettingsError
     from storage.migrate import SchemaOutdated
     from storage.queue import JobNotFound
     from tpu_runner.evaluate import KernelFileError
@@ -51,6 +52,7 @@ def _friendly(exc: Exception) -> tuple[str, str] | None:
         (JobNotFound, "`kernelbot jobs` lists the jobs"),
         (LookupError, "check the id; the session may live in another KERNELBOT_HOME or database"),
         (BrainUnavailable, "see `kernelbot optimize --help`"),
+        (SlackSettingsError, "set it in the environment (see the Slack app's settings pages)"),
         (ValueError, "check the command's options (`kernelbot COMMAND --help`) and the settings it names"),
     ]
     for kind, hint in table:
@@ -97,12 +99,13 @@ def get_settings() -> Settings:
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from bot import cli_agents, cli_eval, cli_queue, cli_search
+    from bot import cli_agents, cli_eval, cli_queue, cli_search, cli_serve
 
     cli_eval.register(app)
     cli_agents.register(app)
     cli_search.register(app)
     cli_queue.register(app)
+    cli_serve.register(app)
     app()
 
 

@@ -10,8 +10,10 @@ from storage.models import Candidate, KernelSession, SessionEvent, Step, now
 
 
 def create_session(session: Session, *, mode: str, task: str, target: str, owner: str | None = None,
-                   budget: dict[str, Any] | None = None, task_dir: str | None = None) -> KernelSession:
-    record = KernelSession(mode=mode, task=task, target=target, owner=owner, budget=budget, task_dir=task_dir)
+                   budget: dict[str, Any] | None = None, task_dir: str | None = None,
+                   slack_channel: str | None = None) -> KernelSession:
+    record = KernelSession(mode=mode, task=task, target=target, owner=owner, budget=budget, task_dir=task_dir,
+                           slack_channel=slack_channel)
     session.add(record)
     session.flush()
     return record

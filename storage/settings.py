@@ -58,6 +58,10 @@ class Settings:
     job_modules: tuple[str, ...] = ()  # KERNELBOT_JOB_MODULES: extra job kinds, imported by runners
     anthropic_api_key: str | None = field(default=None, repr=False)  # ANTHROPIC_API_KEY
     model: str | None = None  # KERNELBOT_MODEL; default: the newest active model the API lists
+    slack_bot_token: str | None = field(default=None, repr=False)  # SLACK_BOT_TOKEN (xoxb-)
+    slack_signing_secret: str | None = field(default=None, repr=False)  # SLACK_SIGNING_SECRET (HTTP mode)
+    slack_app_token: str | None = field(default=None, repr=False)  # SLACK_APP_TOKEN (xapp-, Socket Mode)
+    slack_api_url: str | None = None  # KERNELBOT_SLACK_API_URL: another Web API base URL (the tests' fake)
 
     @property
     def database(self) -> str:
@@ -101,5 +105,9 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         database_url=env.get("KERNELBOT_DATABASE_URL") or None,
         anthropic_api_key=env.get("ANTHROPIC_API_KEY") or None,
         model=env.get("KERNELBOT_MODEL") or None,
+        slack_bot_token=env.get("SLACK_BOT_TOKEN") or None,
+        slack_signing_secret=env.get("SLACK_SIGNING_SECRET") or None,
+        slack_app_token=env.get("SLACK_APP_TOKEN") or None,
+        slack_api_url=env.get("KERNELBOT_SLACK_API_URL") or None,
         job_modules=tuple(m.strip() for m in env.get("KERNELBOT_JOB_MODULES", "").split(",") if m.strip()),
     )
