@@ -31,7 +31,7 @@ def run_until_settled(engine: Engine, settings: Settings, session_id: str, *, ki
     daemon = RunnerDaemon(engine=engine, settings=settings, hardware=hardware,
                           config=RunnerConfig(name=f"local-{session_id}", targets=(target,), concurrency=workers,
                                               kinds=kinds, poll_seconds=0.2, grace_seconds=5.0,
-                                              lease_seconds=15.0))  # a crashed local run resumes soon
+                                              lease_seconds=10.0))  # a crashed local run resumes soon
     thread = threading.Thread(target=daemon.run, name="local-runner", daemon=True)
     thread.start()
     try:
