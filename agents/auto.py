@@ -42,6 +42,14 @@ class AutoOutcome:
         return self.best_candidate_id is not None
 
 
+_EVENT_FIELDS = ("candidate_id", "verdict", "message", "speedup", "method", "kernel_path", "reason")
+
+
+def step_event(index: int, kind: str, outputs: dict[str, Any]) -> dict[str, Any]:
+    """A step's event payload: the step (whose outputs hold the full plan or code) and its headline fields."""
+    return {"step": index, "kind": kind, **{k: outputs[k] for k in _EVENT_FIELDS if outputs.get(k) is not None}}
+
+
 @dataclass
 class AutoLoop:
     engine: Engine
@@ -80,7 +88,10 @@ class AutoLoop:
                 # A malformed answer ends this iteration; the next one starts from a fresh plan.
                 action, outputs = "give_up", {"reason": str(exc)}
             with Session(self.engine) as s, s.begin():
-                sessions.add_step(s, session_id=session_id, kind=action, outputs=outputs)
+                step = sessions.add_step(s, session_id=session_id, kind=action, outputs=outputs)
+                # What people should see of the step, for every surface (the terminal, the Slack notifier).
+                sessions.add_event(s, session_id=session_id, kind="step", payload=step_event(step.index, action,
+                                                                                             outputs))
             if self.on_step:
                 self.on_step(action, outputs)
         return self._finish(session_id, stop_reason)

@@ -121,6 +121,10 @@ def test_scripted_anthropic_session_fixes_a_compile_failure_and_stops_on_budget(
         assert fixed is not None and fixed.parent_id is not None  # the debugger's fix descends from the original
         (event,) = s.exec(select(SessionEvent).where(SessionEvent.kind == "auto_finished")).all()
         assert event.payload["best_candidate_id"] == outcome.best_candidate_id
+        step_events = s.exec(select(SessionEvent).where(SessionEvent.kind == "step").order_by(SessionEvent.id)).all()
+        assert [e.payload["kind"] for e in step_events] == kinds  # every step reaches the surfaces, in order
+        assert [e.payload.get("verdict") for e in step_events if e.payload["kind"] == "evaluate"] == \
+            ["lowering_error", "ok"]
         assert sessions.get_session(s, session_id=session_id).status == "done"
     debug_prompt = fake.requests[2]["body"]["messages"][0]["content"]
     assert "lower stage (block_shape" in debug_prompt  # the structured error reached the self-debugger
