@@ -66,9 +66,14 @@ def parse_plan(text: str) -> Plan:
     return Plan(found)
 
 
+def code_blocks(text: str) -> list[str]:
+    """Every fenced Python block of a text, in order."""
+    return _CODE_BLOCK.findall(text)
+
+
 def extract_code(text: str) -> str:
     """The last fenced Python block of an answer (the final version when a brain shows drafts first)."""
-    blocks = _CODE_BLOCK.findall(text)
+    blocks = code_blocks(text)
     if not blocks:
         raise AgentAnswerError("the answer has no ```python code block with the candidate module")
     code = blocks[-1].strip() + "\n"

@@ -20,6 +20,7 @@ from agents.brains import default_brain
 from agents.commands import start_session
 from agents.search import start_search
 from agents.search_decide import SearchConfig
+from bot.cli import REPO_TASKS
 from bot.slash import Command, UsageError, help_text, parse
 from storage import runners, sessions
 from storage.models import KernelSession
@@ -28,7 +29,6 @@ from tpu_runner.hardware import UnknownTarget, get_chip
 from tpu_runner.tasks import TaskError, discover_tasks, load_task
 
 log = logging.getLogger(__name__)
-REPO_TASKS = Path(__file__).resolve().parent.parent / "tasks"
 
 
 class SlackSettingsError(ValueError):

@@ -25,7 +25,7 @@ from agents.offline.expr import NotRecognised
 from agents.offline.families import Matmul, Spec, recognise
 from agents.offline.params import choose, cost_line
 from agents.offline.program import trace
-from agents.subagents import AgentAnswerError
+from agents.subagents import AgentAnswerError, code_blocks
 from tpu_runner.hardware import ChipSpec
 from tpu_runner.tasks import (
     Task,
@@ -54,7 +54,6 @@ _TOGGLES = {
     "single buffering": ("BUFFERS", 1), "double buffering": ("BUFFERS", 2),
 }
 _PARAMS_LINE = re.compile(r"^Parameters: (\{.*\})\s*$", re.MULTILINE)
-_CODE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
 
 def _without_docstring(source: str) -> str:
@@ -228,10 +227,10 @@ class OfflineBrain:
         return f"```python\n{emit.source(self.spec, params)}```"
 
     def _apply_strategy(self, prompt: str) -> str:
-        code_blocks = _CODE.findall(prompt)
-        if not code_blocks:
+        blocks = code_blocks(prompt)
+        if not blocks:
             raise AgentAnswerError("no candidate to apply the strategy to")
-        code = code_blocks[0]
+        code = blocks[0]
         title = prompt.split("Apply this optimisation strategy to it - ", 1)[1].split(":", 1)[0]
         chosen = next((s for s in strategies.LIBRARY if s.title == title), None)
         space = tunable.space(code)
@@ -241,10 +240,10 @@ class OfflineBrain:
         return f"```python\n{tunable.with_params(code, moved)}```"
 
     def _debug(self, prompt: str) -> str:
-        code_blocks = _CODE.findall(prompt)
-        if not code_blocks:
+        blocks = code_blocks(prompt)
+        if not blocks:
             raise AgentAnswerError("no candidate to debug")
-        code = code_blocks[0]
+        code = blocks[0]
         space = tunable.space(code)
         params = tunable.current(code) if space else {}
         moved = tunable.step(params, space, ("BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK_ROWS", "BLOCK_COLS"), -1) \

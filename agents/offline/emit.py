@@ -12,7 +12,7 @@ from typing import Any
 from agents.offline.attention import Attention, attention_source, attention_space
 from agents.offline.expr import COL, FLOAT_DTYPES, FULL, ROW, SCALAR, BlockCode
 from agents.offline.families import Matmul, Operand, Rowwise, Spec
-from agents.offline.program import Op
+from agents.offline.program import Op, itemsize
 
 _TRANSCENDENTAL = {"exp", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "rsqrt", "erf", "sin", "cos",
                    "exp2", "tan", "pow"}
@@ -144,14 +144,10 @@ def computation({args}):
         cost_estimate=pl.CostEstimate(
             flops={ops_per_element} * rows * cols, transcendentals={transcendental} * rows * cols,
             bytes_accessed={" + ".join(f"x{o.index}.size * x{o.index}.dtype.itemsize" for o in spec.operands)}
-            + rows * {out_cols.replace("cols_p", "cols")} * {_itemsize(spec.output.dtype)}),
+            + rows * {out_cols.replace("cols_p", "cols")} * {itemsize(spec.output.dtype)}),
     )({", ".join(f"x{o.index}" for o in spec.operands)})
     return out[:rows, :{"cols" if spec.out_kind == FULL else "1"}].reshape({reshape_back})
 ''')
-
-
-def _itemsize(dtype: str) -> int:
-    return {"bfloat16": 2, "float16": 2, "float64": 8, "int8": 1}.get(dtype, 4)
 
 
 # -- matmul + epilogue ------------------------------------------------------------------------------------------
@@ -291,7 +287,7 @@ def computation({args}):
         cost_estimate=pl.CostEstimate(
             flops={batch}(2 * m * n * k + {ops_per_element} * m * n), transcendentals={batch}{transcendental} * m * n,
             bytes_accessed=lhs.size * lhs.dtype.itemsize * (n_p // bn) + a{rhs_i}.size * a{rhs_i}.dtype.itemsize
-            * (m_p // bm) + {batch}m * n * {_itemsize(spec.output.dtype)}),
+            * (m_p // bm) + {batch}m * n * {itemsize(spec.output.dtype)}),
     )({lhs_pad}, {rhs_pad}{extra_args})
     if not fused:
         # The epilogue as XLA ops on the whole matmul result (what "no epilogue fusion" asks for).

@@ -5,21 +5,18 @@ Pure: a spec and a chip in, parameters and sentences out.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from agents.offline.attention import Attention, attention_params
 from agents.offline.emit import space_of
 from agents.offline.families import Matmul, Rowwise, Spec
-from agents.offline.program import Program, Value
+from agents.offline.program import Program, Value, itemsize
 from tpu_runner.hardware import ChipSpec
 
 MiB = 2**20
 DEFAULT_VMEM_LIMIT = 64 * MiB
 BLOCK_TARGET_BYTES = 2 * MiB  # a streamed block long enough to reach HBM bandwidth, small enough to double-buffer
-
-
-def _itemsize(dtype: str) -> int:
-    return {"bfloat16": 2, "float16": 2, "float64": 8}.get(dtype, 4)
 
 
 def _floor_in(values: tuple[Any, ...], limit: float) -> Any:
@@ -31,7 +28,7 @@ def _floor_in(values: tuple[Any, ...], limit: float) -> Any:
 def rowwise_params(spec: Rowwise, chip: ChipSpec) -> tuple[dict[str, Any], list[str]]:
     space = space_of(spec)
     cols = spec.main[-1]
-    rows = max(1, int(round(_size(spec.main) / cols)))
+    rows = max(1, int(round(math.prod(spec.main) / cols)))
     width = cols if spec.reduces else min(cols, 2048)
     params: dict[str, Any] = {}
     reasons = [f"Row reductions need whole rows in VMEM, so a block is rows x all {cols} columns." if spec.reduces
@@ -52,19 +49,12 @@ def rowwise_params(spec: Rowwise, chip: ChipSpec) -> tuple[dict[str, Any], list[
     return params, reasons
 
 
-def _size(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 def matmul_params(spec: Matmul, chip: ChipSpec) -> tuple[dict[str, Any], list[str]]:
     space = space_of(spec)
-    in_bytes = _itemsize(spec.lhs.value.dtype)
+    in_bytes = itemsize(spec.lhs.value.dtype)
     flops = 2 * spec.m * spec.n * spec.k
     peak = chip.peak_for(spec.lhs.value.dtype)
-    ideal_bytes = (spec.m * spec.k + spec.k * spec.n) * in_bytes + spec.m * spec.n * _itemsize(spec.output.dtype)
+    ideal_bytes = (spec.m * spec.k + spec.k * spec.n) * in_bytes + spec.m * spec.n * itemsize(spec.output.dtype)
     intensity = flops / ideal_bytes
     ridge = peak / chip.hbm_bandwidth
     params: dict[str, Any] = {}
@@ -109,12 +99,12 @@ def cost_line(program: Program, chip: ChipSpec) -> str:
         if op.prim == "dot_general":
             (lhs_contract, _), _ = op.params["dimension_numbers"]
             lhs = op.args[0]
-            depth = _size(tuple(lhs.shape[d] for d in lhs_contract)) if isinstance(lhs, Value) else 1
+            depth = math.prod(tuple(lhs.shape[d] for d in lhs_contract)) if isinstance(lhs, Value) else 1
             flops += 2.0 * op.out.size * depth
         else:
             flops += max((a.size for a in op.args if isinstance(a, Value)), default=op.out.size)
-    moved = sum(v.size * _itemsize(v.dtype) for v in program.inputs)
-    moved += sum(v.size * _itemsize(v.dtype) for v in program.outputs if isinstance(v, Value))
+    moved = sum(v.size * itemsize(v.dtype) for v in program.inputs)
+    moved += sum(v.size * itemsize(v.dtype) for v in program.outputs if isinstance(v, Value))
     dtype = program.inputs[0].dtype if program.inputs else "float32"
     peak = chip.peak_for(dtype)
     seconds = max(flops / peak, moved / chip.hbm_bandwidth)

@@ -29,6 +29,11 @@ class Value:
 Arg = Value | float | int | bool  # a literal is a Python scalar
 
 
+def itemsize(dtype: str) -> int:
+    """Bytes per element of a numpy dtype name (bfloat16 included, which plain numpy does not know)."""
+    return {"bfloat16": 2, "float16": 2, "float64": 8, "int8": 1, "uint8": 1, "bool": 1}.get(dtype, 4)
+
+
 @dataclass(frozen=True)
 class Op:
     prim: str
