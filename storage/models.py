@@ -127,7 +127,7 @@ class KernelSession(SQLModel, table=True):
     target: str = "v6e"
     owner: str | None = None
     slack_channel: str | None = None
-    slack_thread_ts: str | None = None
+    slack_thread_ts: str | None = Field(default=None, index=True)  # the thread the session lives in
     budget: dict[str, Any] | None = _json()
     best_candidate_id: int | None = None
     created_at: float = Field(default_factory=now)
@@ -181,6 +181,7 @@ class EventDelivery(SQLModel, table=True):
     attempts: int = 0
     external_ref: str | None = None  # e.g. the Slack message ts
     delivered_at: float | None = None
+    last_error: str | None = Field(default=None, sa_column=Column(Text))
 
 
 class Schedule(SQLModel, table=True):
@@ -204,7 +205,36 @@ class DigestRun(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     channel: str
-    period: str  # e.g. "2026-11-30"
+    period: str  # the scheduled time that closes the period, e.g. "2026-11-30T09:00+00:00"
     status: str = "pending"  # pending | posted | failed
+    payload: dict[str, Any] | None = _json()  # what the digest says, gathered when it was due
+    attempts: int = 0
+    last_error: str | None = Field(default=None, sa_column=Column(Text))
     created_at: float = Field(default_factory=now)
     posted_at: float | None = None
+
+
+class SlackMessage(SQLModel, table=True):
+    """A message kernelbot posted, under a key unique in its scope (a session id, or `digest-<id>`): what lets
+    the notifier edit a message later, and never post the same thing twice."""
+
+    __tablename__ = "slack_messages"
+    __table_args__ = (UniqueConstraint("scope", "key", name="ux_slack_messages_key"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    scope: str = Field(index=True)
+    key: str  # root | card:<step> | progress:<step> | auto | file:<name> | event:<id>:<part> | ...
+    channel: str
+    ts: str
+    content_hash: str | None = None  # of what the message shows now: an edit that changes nothing is not sent
+    created_at: float = Field(default_factory=now)
+    updated_at: float = Field(default_factory=now)
+
+
+class SlackInbox(SQLModel, table=True):
+    """Inbound Slack deliveries already handled: Slack retries events, and a retry must change nothing."""
+
+    __tablename__ = "slack_inbox"
+
+    key: str = Field(primary_key=True)  # the Events API event_id, or channel:ts of a message
+    created_at: float = Field(default_factory=now)

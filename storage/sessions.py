@@ -11,9 +11,9 @@ from storage.models import Candidate, KernelSession, SessionEvent, Step, now
 
 def create_session(session: Session, *, mode: str, task: str, target: str, owner: str | None = None,
                    budget: dict[str, Any] | None = None, task_dir: str | None = None,
-                   slack_channel: str | None = None) -> KernelSession:
+                   slack_channel: str | None = None, slack_thread_ts: str | None = None) -> KernelSession:
     record = KernelSession(mode=mode, task=task, target=target, owner=owner, budget=budget, task_dir=task_dir,
-                           slack_channel=slack_channel)
+                           slack_channel=slack_channel, slack_thread_ts=slack_thread_ts)
     session.add(record)
     session.flush()
     return record
@@ -31,6 +31,14 @@ def get_steps(session: Session, *, session_id: str, status: str | None = "done")
     if status:
         query = query.where(Step.status == status)
     return list(session.exec(query).all())
+
+
+def last_step_index(session: Session, *, session_id: str, work_only: bool = True) -> int | None:
+    """The index of the session's latest step (by default the latest the agents did, not a person's decision)."""
+    query = select(func.max(Step.index)).where(Step.session_id == session_id)
+    if work_only:
+        query = query.where(Step.kind != "decision")
+    return session.exec(query).one()
 
 
 def add_step(session: Session, *, session_id: str, kind: str, inputs: dict[str, Any] | None = None,

@@ -62,6 +62,11 @@ class Settings:
     slack_signing_secret: str | None = field(default=None, repr=False)  # SLACK_SIGNING_SECRET (HTTP mode)
     slack_app_token: str | None = field(default=None, repr=False)  # SLACK_APP_TOKEN (xapp-, Socket Mode)
     slack_api_url: str | None = None  # KERNELBOT_SLACK_API_URL: another Web API base URL (the tests' fake)
+    steerers: str = ""  # KERNELBOT_STEERERS: who besides a session's owner may steer it (`anyone`, or ids)
+    suites: tuple[Path, ...] = ()  # KERNELBOT_SUITES: task suite directories besides tasks/
+    digest_channels: tuple[str, ...] = ()  # KERNELBOT_DIGEST_CHANNELS: where the daily digest goes
+    digest_cron: str = "0 9 * * *"  # KERNELBOT_DIGEST_CRON: when (crontab; a sixth, leading field is seconds)
+    timezone: str = "UTC"  # KERNELBOT_TIMEZONE: the digests' and schedules' time zone
 
     @property
     def database(self) -> str:
@@ -82,6 +87,30 @@ class Settings:
     def ensure_dirs(self) -> None:
         for path in (self.home, self.artifacts_dir, self.cache_dir, self.logs_dir):
             path.mkdir(parents=True, exist_ok=True)
+
+
+def _timezone(env: dict[str, str]) -> str:
+    import zoneinfo
+
+    name = env.get("KERNELBOT_TIMEZONE") or "UTC"
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise SettingsError(f"KERNELBOT_TIMEZONE={name!r} is not a time zone; use an IANA name such as "
+                            "Europe/Paris or UTC") from None
+    return name
+
+
+def _cron(env: dict[str, str]) -> str:
+    value = (env.get("KERNELBOT_DIGEST_CRON") or "0 9 * * *").strip()
+    if len(value.split()) not in (5, 6):
+        raise SettingsError(f"KERNELBOT_DIGEST_CRON={value!r} must be a crontab line: minute hour day month "
+                            "weekday (optionally with seconds first), e.g. '0 9 * * *'")
+    return value
+
+
+def _list(env: dict[str, str], name: str, sep: str = ",") -> tuple[str, ...]:
+    return tuple(part.strip() for part in env.get(name, "").split(sep) if part.strip())
 
 
 def load_settings(env: dict[str, str] | None = None) -> Settings:
@@ -109,5 +138,10 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         slack_signing_secret=env.get("SLACK_SIGNING_SECRET") or None,
         slack_app_token=env.get("SLACK_APP_TOKEN") or None,
         slack_api_url=env.get("KERNELBOT_SLACK_API_URL") or None,
-        job_modules=tuple(m.strip() for m in env.get("KERNELBOT_JOB_MODULES", "").split(",") if m.strip()),
+        job_modules=_list(env, "KERNELBOT_JOB_MODULES"),
+        steerers=env.get("KERNELBOT_STEERERS", "").strip(),
+        suites=tuple(Path(p).expanduser() for p in _list(env, "KERNELBOT_SUITES", os.pathsep)),
+        digest_channels=_list(env, "KERNELBOT_DIGEST_CHANNELS"),
+        digest_cron=_cron(env),
+        timezone=_timezone(env),
     )

@@ -21,6 +21,8 @@ from storage.settings import load_settings
 
 TABLES_0001 = {"jobs", "runners", "candidates", "evaluations"}
 TABLES_0002 = {"sessions", "steps", "decisions", "session_events", "event_deliveries", "schedules", "digest_runs"}
+TABLES_0005 = {"slack_messages", "slack_inbox"}
+ALL_TABLES = TABLES_0001 | TABLES_0002 | TABLES_0005
 
 
 @pytest.fixture
@@ -36,7 +38,7 @@ def _tables(engine: Engine) -> set[str]:
 
 
 def test_the_revisions_form_one_line_ending_at_the_head() -> None:
-    assert head_revision() == "0004"
+    assert head_revision() == "0005"
 
 
 def test_the_migrated_schema_has_every_column_and_index_the_models_declare(bare_engine: Engine) -> None:
@@ -54,7 +56,7 @@ def test_upgrading_an_empty_database_creates_every_table(bare_engine: Engine) ->
     upgrade(bare_engine)
     assert current_revision(bare_engine) == head_revision()
     assert _tables(bare_engine) == set(SQLModel.metadata.tables)
-    assert set(SQLModel.metadata.tables) == TABLES_0001 | TABLES_0002
+    assert set(SQLModel.metadata.tables) == ALL_TABLES
 
 
 def test_upgrading_again_changes_nothing(bare_engine: Engine) -> None:
@@ -75,11 +77,22 @@ def test_upgrading_from_0001_keeps_the_jobs(bare_engine: Engine) -> None:
 
     upgrade(bare_engine)
     assert current_revision(bare_engine) == head_revision()
-    assert _tables(bare_engine) == TABLES_0001 | TABLES_0002
+    assert _tables(bare_engine) == ALL_TABLES
     with Session(bare_engine) as s, s.begin():
         jobs = s.exec(select(Job)).all()
         assert [(j.kind, j.status, j.priority, j.dedup_key, j.payload, j.run_after) for j in jobs] == [
             ("evaluate", "queued", 7, "matmul@v6e", {"task": "matmul"}, 1700000000.5)]
+
+
+def test_upgrading_from_0004_keeps_digest_runs_and_gives_them_no_attempts(bare_engine: Engine) -> None:
+    upgrade(bare_engine, "0004")
+    with bare_engine.begin() as conn:
+        conn.execute(text("INSERT INTO digest_runs (channel, period, status, created_at) "
+                          "VALUES ('C1', '2026-11-30', 'posted', 1700000000.0)"))
+    upgrade(bare_engine)
+    with bare_engine.connect() as conn:
+        rows = conn.execute(text("SELECT channel, period, attempts, payload FROM digest_runs")).all()
+    assert [tuple(r) for r in rows] == [("C1", "2026-11-30", 0, None)]
 
 
 def test_the_models_match_the_migrations(bare_engine: Engine) -> None:
@@ -127,7 +140,7 @@ def test_open_database_upgrades_an_outdated_sqlite_database_itself(tmp_path: Pat
     engine = open_database(settings)
     try:
         assert current_revision(engine) == head_revision()
-        assert _tables(engine) == TABLES_0001 | TABLES_0002
+        assert _tables(engine) == ALL_TABLES
     finally:
         engine.dispose()
 
