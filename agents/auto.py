@@ -12,7 +12,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Engine
 from sqlmodel import Session
@@ -24,7 +24,13 @@ from storage import sessions
 from tpu_runner.jobs import evaluation_record
 from tpu_runner.result import EvalError, EvalResult
 
-Evaluator = Callable[[Path], EvalResult]  # a candidate file -> the evaluator's verdict
+StageCallback = Callable[[str], None]
+
+
+class Evaluator(Protocol):
+    """A candidate file -> the evaluator's verdict; `on_stage` hears each stage as the evaluation enters it."""
+
+    def __call__(self, path: Path, on_stage: StageCallback | None = None) -> EvalResult: ...
 
 
 @dataclass(frozen=True)
@@ -61,9 +67,11 @@ class AutoLoop:
     on_step: Callable[[str, dict[str, Any]], None] | None = None
     mode: str = "auto"  # the session mode this loop serves; it stops when the session is handed to another
 
-    def _mode(self, session_id: str) -> str:
+    def _state(self, session_id: str) -> tuple[str, str]:
+        """(mode, status) of the session as recorded now: a person may have handed it over or cancelled it."""
         with Session(self.engine) as s:
-            return sessions.get_session(s, session_id=session_id).mode
+            record = sessions.get_session(s, session_id=session_id)
+            return record.mode, record.status
 
     def decide(self, steps: list[StepRecord]) -> str:
         return next_action(steps, self.config)
@@ -72,8 +80,12 @@ class AutoLoop:
         stop_reason = ""
         while not stop_reason:
             steps = self._steps(session_id)
-            if self.mode != self._mode(session_id):
-                stop_reason = f"handed to {self._mode(session_id)}"
+            mode, status = self._state(session_id)
+            if status == "cancelled":
+                stop_reason = "cancelled"
+                break
+            if self.mode != mode:
+                stop_reason = f"handed to {mode}"
                 break
             action = self.decide(steps)
             if action.startswith(("stop:", "await_")):
@@ -109,8 +121,10 @@ class AutoLoop:
             last = steps[-1] if steps else None
             redirect = last.outputs.get("text") if last and last.kind == "decision" and \
                 last.outputs.get("action") == "redirect" else None
-            return {"plan": subagents.plan(self.brain, self.ctx, previous=previous, redirect=redirect).render(),
-                    "redirect": redirect}
+            plans = [st.outputs.get("plan") for st in steps if st.kind == "plan"]
+            made = subagents.plan(self.brain, self.ctx, previous=previous, redirect=redirect,
+                                  last_plan=plans[-1] if plans else None, number=len(plans) + 1)
+            return {"plan": made.render(), "redirect": redirect}
         if action == "implement":
             plan = subagents.parse_plan(self._latest(steps, "plan")["plan"])
             return self._store(session_id, subagents.implement(self.brain, self.ctx, plan), plan.render())
@@ -123,7 +137,7 @@ class AutoLoop:
                                          history=history[-3:])
             return self._store(session_id, fixed, None, parent_id=code_step["candidate_id"])
         if action == "evaluate":
-            return self._evaluate(self._latest(steps, "implement", "debug"))
+            return self._evaluate(session_id, self._latest(steps, "implement", "debug"))
         if action == "analyse":
             last_eval = self._latest(steps, "evaluate")
             summary = last_eval.get("profile_summary") or last_eval.get("message", "")
@@ -141,11 +155,18 @@ class AutoLoop:
             candidate_id = candidate.id
         return {"candidate_id": candidate_id, "code": code}
 
-    def _evaluate(self, code_step: dict[str, Any]) -> dict[str, Any]:
+    def _evaluate(self, session_id: str, code_step: dict[str, Any]) -> dict[str, Any]:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        path = self.workdir / f"candidate_{code_step['candidate_id']}.py"
+        candidate_id = code_step["candidate_id"]
+        path = self.workdir / f"candidate_{candidate_id}.py"
         path.write_text(code_step["code"])
-        result = self.evaluate(path)
+
+        def on_stage(stage: str) -> None:  # people watch the evaluation move: compiling, testing, profiling
+            with Session(self.engine) as s, s.begin():
+                sessions.add_event(s, session_id=session_id, kind="progress",
+                                   payload={"candidate_id": candidate_id, "stage": stage})
+
+        result = self.evaluate(path, on_stage=on_stage)
         perf = result.performance
         with Session(self.engine) as s, s.begin():
             s.add(evaluation_record(result, candidate_id=code_step["candidate_id"]))
@@ -162,12 +183,14 @@ class AutoLoop:
         evaluations = sum(st.kind == "evaluate" for st in steps)
         waiting = stop_reason.startswith("await_") or stop_reason.startswith("handed to")
         with Session(self.engine) as s, s.begin():
-            sessions.set_session_status(s, session_id=session_id, status="awaiting" if waiting else "done",
-                                        best_candidate_id=p.best_candidate_id)
+            status = "cancelled" if sessions.get_session(s, session_id=session_id).status == "cancelled" else \
+                "awaiting" if waiting else "done"
+            sessions.set_session_status(s, session_id=session_id, status=status, best_candidate_id=p.best_candidate_id)
+            # `awaits_step`: the step a person answers next (the plan to approve, the result to decide on).
             sessions.add_event(s, session_id=session_id, kind=f"{self.mode}_{'paused' if waiting else 'finished'}",
                                payload={
                 "stop_reason": stop_reason, "best_candidate_id": p.best_candidate_id, "best_speedup": p.best_speedup,
-                "evaluations": evaluations})
+                "evaluations": evaluations, "awaits_step": sessions.last_step_index(s, session_id=session_id)})
         return AutoOutcome(session_id=session_id, stop_reason=stop_reason, best_candidate_id=p.best_candidate_id,
                            best_speedup=p.best_speedup, best_kernel_path=best.get("kernel_path") if best else None,
                            best_result=best, evaluations=evaluations)

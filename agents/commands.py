@@ -5,14 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Engine
-from sqlmodel import Session
+from sqlalchemy import Engine, update
+from sqlmodel import Session, col, select
 
-from agents.hitl import record_decision
+from agents.hitl import DecisionRejected, record_decision
+from agents.search import start_search, stop_search
+from agents.search_decide import SearchConfig
 from storage import queue, sessions
-from tpu_runner.tasks import Task
+from storage.models import Candidate, Decision, Job, now
+from tpu_runner.tasks import Task, load_task
 
 ADVANCE_KIND = {"hitl": "hitl_advance", "auto": "auto_session"}
+FINISHED = ("done", "cancelled", "failed")
 
 
 def _enqueue_advance(s: Session, *, session_id: str, mode: str, target: str) -> int | None:
@@ -23,26 +27,74 @@ def _enqueue_advance(s: Session, *, session_id: str, mode: str, target: str) -> 
 
 
 def start_session(engine: Engine, *, mode: str, task: Task, target: str, owner: str | None = None,
-                  budget: dict[str, Any] | None = None, slack_channel: str | None = None) -> str:
+                  budget: dict[str, Any] | None = None, slack_channel: str | None = None,
+                  slack_thread_ts: str | None = None) -> str:
+    """Record a HITL or Auto session and queue its first job. With `slack_thread_ts` the session lives in that
+    existing thread (a session started from another one's thread) instead of a thread of its own."""
     if mode not in ADVANCE_KIND:
         raise ValueError(f"mode {mode!r} cannot be started here; choose one of {', '.join(ADVANCE_KIND)}")
     with Session(engine) as s, s.begin():
         record = sessions.create_session(s, mode=mode, task=task.task_id, task_dir=str(task.path), target=target,
-                                         owner=owner, budget=budget or {}, slack_channel=slack_channel)
+                                         owner=owner, budget=budget or {}, slack_channel=slack_channel,
+                                         slack_thread_ts=slack_thread_ts)
         sessions.add_event(s, session_id=record.id, kind="session_started",
                            payload={"mode": mode, "task": task.task_id, "target": target, "owner": owner})
         _enqueue_advance(s, session_id=record.id, mode=mode, target=target)
         return record.id
 
 
-def decide(engine: Engine, *, session_id: str, actor: str, action: str, text: str | None = None) -> str:
+def decide(engine: Engine, *, session_id: str, actor: str, action: str, text: str | None = None,
+           step: int | None = None, via: str | None = None) -> str:
     """Record a person's decision and queue what it sets going; returns the session's mode afterwards."""
-    mode = record_decision(engine, session_id=session_id, actor=actor, action=action, text=text)
-    if action in ("finish", "cancel"):
+    if action == "cancel":
+        cancel_session(engine, session_id=session_id, actor=actor, step=step, via=via)
+        return "cancelled"
+    mode = record_decision(engine, session_id=session_id, actor=actor, action=action, text=text, step=step, via=via)
+    if action in ("finish", "adopt", "search"):
         with Session(engine) as s, s.begin():
-            sessions.set_session_status(s, session_id=session_id, status="done" if action == "finish" else "cancelled")
+            sessions.set_session_status(s, session_id=session_id, status="done")
         return mode
     with Session(engine) as s, s.begin():
         target = sessions.get_session(s, session_id=session_id).target
         _enqueue_advance(s, session_id=session_id, mode=mode, target=target)
     return mode
+
+
+def cancel_session(engine: Engine, *, session_id: str, actor: str, step: int | None = None,
+                   via: str | None = None) -> None:
+    """Stop a session at any point: its queued jobs are cancelled, a running one stops at its next step (a
+    search stops expanding). Recorded as a decision and an event, like every other decision."""
+    with Session(engine) as s, s.begin():
+        record = sessions.get_session(s, session_id=session_id)
+        if record.status in FINISHED:
+            raise DecisionRejected(f"session {session_id} is already {record.status}")
+        answers = sessions.last_step_index(s, session_id=session_id)
+        if step is not None and step != answers:
+            raise DecisionRejected(f"that message was for step {step} of session {session_id}, which has moved on "
+                                   f"(now at step {answers}); answer the latest message in the thread")
+        if record.mode == "search":
+            stop_search(s, session_id, f"cancelled by {actor}")
+        s.execute(update(Job).where(Job.session_id == session_id, col(Job.status) == "queued")
+                  .values(status="cancelled", finished_at=now()))
+        sessions.set_session_status(s, session_id=session_id, status="cancelled")
+        outputs = {"action": "cancel", "text": None, "actor": actor, "answers": answers, "via": via}
+        if record.mode != "search":
+            decision_step = sessions.add_step(s, session_id=session_id, kind="decision", outputs=outputs)
+            s.add(Decision(session_id=session_id, step_id=decision_step.id, actor=actor, action="cancel"))
+        sessions.add_event(s, session_id=session_id, kind="decision", payload=outputs)
+
+
+def continue_with_search(engine: Engine, *, session_id: str, actor: str, step: int | None = None,
+                         config: SearchConfig | None = None, via: str | None = None) -> str:
+    """Start a search seeded with a finished Auto session's best kernel, in the same thread; returns its id."""
+    with Session(engine) as s:
+        record = sessions.get_session(s, session_id=session_id)
+        if record.best_candidate_id is None:
+            raise DecisionRejected(f"session {session_id} has no kernel faster than the reference to search from")
+        seed = s.exec(select(Candidate).where(Candidate.id == record.best_candidate_id)).one()
+        task, target, brain = load_task(record.task_dir or ""), record.target, (record.budget or {}).get("brain")
+        channel, thread = record.slack_channel, record.slack_thread_ts
+    decide(engine, session_id=session_id, actor=actor, action="search", step=step, via=via)
+    with Session(engine) as s, s.begin():
+        return start_search(s, task=task, target=target, config=config or SearchConfig(), seed_code=seed.code,
+                            brain=brain, owner=actor, slack_channel=channel, slack_thread_ts=thread)

@@ -88,18 +88,35 @@ class HitlMachine(AutoLoop):
         return hitl_next_action(steps, self.config.max_debug_attempts)
 
 
-def record_decision(engine: Engine, *, session_id: str, actor: str, action: str, text: str | None = None) -> str:
+AFTER_AUTO = ("adopt", "search")  # what a person may do with a finished Auto session's best kernel
+
+
+def record_decision(engine: Engine, *, session_id: str, actor: str, action: str, text: str | None = None,
+                    step: int | None = None, via: str | None = None) -> str:
     """Record a person's decision as a step (and a Decision row); returns the session's mode afterwards.
 
-    `handoff` hands a HITL session to Auto; `handback` (allowed any time Auto has the session) hands it back.
+    `handoff` hands a HITL session to Auto; `handback` (allowed any time Auto has the session) hands it back;
+    `adopt` and `search` answer a finished Auto session. With `step`, the decision answers that step only: a
+    click on a message whose step was already answered (or overtaken) is rejected, saying so. `via` says how it
+    came (button, modal, thread, terminal), for what people see.
     """
     with Session(engine) as s, s.begin():
         record = sessions.get_session(s, session_id=session_id)
+        if record.status in ("cancelled", "failed"):
+            raise DecisionRejected(f"session {session_id} is {record.status}; nothing more can be decided")
         steps = [StepRecord(st.kind, dict(st.outputs or {})) for st in sessions.get_steps(s, session_id=session_id)]
+        answers = sessions.last_step_index(s, session_id=session_id)
+        if step is not None and step != answers:
+            raise DecisionRejected(f"that message was for step {step} of session {session_id}, which has moved on "
+                                   f"(now at step {answers}); answer the latest message in the thread")
         if record.mode == "auto":
-            if action != "handback":
-                raise DecisionRejected(f"session {session_id} is running in Auto; the only decision is 'handback'")
-            record.mode = "hitl"
+            finished = record.status == "done"
+            allowed = ("handback", *AFTER_AUTO) if finished else ("handback",)
+            if action not in allowed:
+                raise DecisionRejected(f"session {session_id} is {'finished' if finished else 'running'} in Auto; "
+                                       f"decisions allowed now: {', '.join(allowed)}")
+            if action == "handback":
+                record.mode = "hitl"
         else:
             awaited = waiting_for(steps)
             allowed = ALLOWED.get(awaited or "", ())
@@ -113,9 +130,8 @@ def record_decision(engine: Engine, *, session_id: str, actor: str, action: str,
                 record.mode = "auto"
         record.updated_at = now()
         s.add(record)
-        step = sessions.add_step(s, session_id=session_id, kind="decision",
-                                 outputs={"action": action, "text": text, "actor": actor})
-        s.add(Decision(session_id=session_id, step_id=step.id, actor=actor, action=action, text=text))
-        sessions.add_event(s, session_id=session_id, kind="decision",
-                           payload={"action": action, "text": text, "actor": actor})
+        outputs = {"action": action, "text": text, "actor": actor, "answers": answers, "via": via}
+        decision_step = sessions.add_step(s, session_id=session_id, kind="decision", outputs=outputs)
+        s.add(Decision(session_id=session_id, step_id=decision_step.id, actor=actor, action=action, text=text))
+        sessions.add_event(s, session_id=session_id, kind="decision", payload=outputs)
         return record.mode

@@ -5,10 +5,11 @@ runner's one registry."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine
-from sqlmodel import Session
+from sqlmodel import Session, select
 
 from agents.auto import AutoLoop
 from agents.auto_decide import AutoConfig
@@ -18,10 +19,11 @@ from agents.hitl import HitlMachine
 from agents.runtime import build_loop
 from storage import sessions
 from storage.database import open_database
-from storage.models import KernelSession
+from storage.models import KernelSession, SessionEvent
 from tpu_runner.hardware import get_chip
 from tpu_runner.jobs import JobContext, JobOutcome, JobRejected, job_kind
-from tpu_runner.tasks import TaskError, load_task
+from tpu_runner.reference_check import files_digest, write_task
+from tpu_runner.tasks import Task, TaskError, abstract_configurations, load_task
 
 _engines: dict[str, Engine] = {}
 
@@ -38,20 +40,38 @@ def _advance(ctx: JobContext, payload: dict[str, Any], machine: type[AutoLoop]) 
     session_id = str(payload["session_id"])
     with Session(engine) as s:
         record = sessions.get_session(s, session_id=session_id)
-        task_dir, target, budget = record.task_dir, record.target, dict(record.budget or {})
+        task_dir, target, budget, task_name = record.task_dir, record.target, dict(record.budget or {}), record.task
     try:
+        files = budget.get("task_files")
+        if files and not (task_dir and Path(task_dir).is_dir()):  # pasted on another host: the files travel along
+            task_dir = str(write_task(files, ctx.settings.home / "tasks" / f"{task_name}-{files_digest(files)}"))
         task = load_task(task_dir or "")
         brain = make_brain(budget.get("brain") or "anthropic", ctx.settings,
                            Budget(max_cost_usd=budget.get("max_cost_usd"), max_tokens=budget.get("max_tokens")),
                            task=task, chip=get_chip(target))
     except (TaskError, BrainUnavailable) as exc:
         raise JobRejected(str(exc)) from exc
+    _describe_task(engine, session_id, task)
     loop = build_loop(machine, engine=engine, brain=brain, task=task, chip=get_chip(target), settings=ctx.settings,
                       session_id=session_id, config=AutoConfig(max_iterations=int(budget.get("iterations", 5))),
                       spares=ctx.spares)
     outcome = loop.run(session_id)
     return JobOutcome(result={"session_id": session_id, "stop_reason": outcome.stop_reason,
                               "best_speedup": outcome.best_speedup, "evaluations": outcome.evaluations})
+
+
+def _describe_task(engine: Engine, session_id: str, task: Task) -> None:
+    """Once per session, the task's input shapes as an event (the Slack thread shows them; `serve` runs no JAX)."""
+    with Session(engine) as s:
+        if s.exec(select(SessionEvent.id).where(SessionEvent.session_id == session_id,
+                                                SessionEvent.kind == "task_described")).first() is not None:
+            return
+    try:
+        shapes = "; ".join(c.describe() for c in abstract_configurations(task))
+    except TaskError as exc:
+        raise JobRejected(str(exc)) from exc
+    with Session(engine) as s, s.begin():
+        sessions.add_event(s, session_id=session_id, kind="task_described", payload={"shapes": shapes})
 
 
 @job_kind("auto_session")

@@ -4,8 +4,6 @@ until the session is over."""
 
 from __future__ import annotations
 
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -16,8 +14,7 @@ from sqlmodel import Session
 import agents.jobs  # noqa: F401 - registers the agent job kinds with the runner's registry
 from storage import sessions
 from storage.settings import Settings
-from tpu_runner.daemon import RunnerConfig, RunnerDaemon
-from tpu_runner.evaluate import detect_host
+from tpu_runner.daemon import RunnerConfig, RunnerDaemon, describe_host
 
 
 def run_until_settled(engine: Engine, settings: Settings, session_id: str, *, kinds: tuple[str, ...],
@@ -26,9 +23,7 @@ def run_until_settled(engine: Engine, settings: Settings, session_id: str, *, ki
     final status. Ctrl-C stops the runner cleanly and leaves the session resumable."""
     with Session(engine) as s:
         target = sessions.get_session(s, session_id=session_id).target
-    # Described without initialising a backend here: the evaluations happen in sandboxed children.
-    hardware = {"platform": detect_host(), "cpus": os.cpu_count(), "host": socket.gethostname()}
-    daemon = RunnerDaemon(engine=engine, settings=settings, hardware=hardware,
+    daemon = RunnerDaemon(engine=engine, settings=settings, hardware=describe_host(),
                           config=RunnerConfig(name=f"local-{session_id}", targets=(target,), concurrency=workers,
                                               kinds=kinds, poll_seconds=0.2, grace_seconds=5.0,
                                               lease_seconds=10.0))  # a crashed local run resumes soon

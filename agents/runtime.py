@@ -25,4 +25,5 @@ def build_loop(machine: type[AutoLoop], *, engine: Engine, brain: Brain, task: T
     """An Auto loop or a HITL machine for this session, evaluating its candidates with the evaluator."""
     return machine(engine=engine, brain=brain, ctx=task_context(task, chip), config=config, on_step=on_step,
                    workdir=settings.artifacts_dir / "sessions" / session_id,
-                   evaluate=lambda path: evaluate(EvalRequest(task.path, path, chip.name), settings, spares=spares))
+                   evaluate=lambda path, on_stage=None: evaluate(EvalRequest(task.path, path, chip.name), settings,
+                                                                 spares=spares, on_stage=on_stage))

@@ -89,7 +89,8 @@ def _params_of(code: str) -> dict[str, Any] | None:
 
 
 def start_search(s: Session, *, task: Task, target: str, config: SearchConfig, seed_code: str | None,
-                 brain: str | None, owner: str | None = None, slack_channel: str | None = None) -> str:
+                 brain: str | None, owner: str | None = None, slack_channel: str | None = None,
+                 slack_thread_ts: str | None = None) -> str:
     """Record a search session with its seed candidate and enqueue the first jobs; returns the session id."""
     if seed_code is None and brain is None:
         raise SearchError("a search needs a seed kernel (--seed FILE) or a brain to write one (--brain)")
@@ -105,7 +106,10 @@ def start_search(s: Session, *, task: Task, target: str, config: SearchConfig, s
                               "declares no TUNABLE space; add one (see agents/tunable.py) or use --brain")
     record = sessions.create_session(s, mode="search", task=task.task_id, target=target, owner=owner,
                                      task_dir=str(task.path), budget={"search": config.to_json(), "brain": brain},
-                                     slack_channel=slack_channel)
+                                     slack_channel=slack_channel, slack_thread_ts=slack_thread_ts)
+    sessions.add_event(s, session_id=record.id, kind="session_started",
+                       payload={"mode": "search", "task": task.task_id, "target": target, "owner": owner,
+                                "strategy": config.strategy, "budget": config.budget})
     code = seed_code or ""
     sessions.add_candidate(s, task=task.task_id, code=code, content_hash=_digest(code) if code else "",
                            session_id=record.id, strategy=ROOT_STRATEGY,

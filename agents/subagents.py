@@ -83,12 +83,17 @@ def extract_code(text: str) -> str:
 
 
 def plan(brain: Brain, ctx: TaskContext, *, previous: str | None = None, redirect: str | None = None,
-         tools: Sequence[Tool] = ()) -> Plan:
+         last_plan: str | None = None, number: int | None = None, tools: Sequence[Tool] = ()) -> Plan:
     """A plan in the fixed sections; revised from the previous candidate's evaluation and profile, or from a
-    person's redirect."""
+    person's redirect. `number` and `last_plan` come from the session's record, so a brain started afresh for
+    each runner job knows where the session stands."""
     prompt = ("Write a plan for a Pallas TPU kernel for this task, with exactly these sections as '## ' headings: "
               + ", ".join(s.capitalize() for s in PLAN_SECTIONS) + ". In Analysis give shapes, FLOPs, bytes and "
               "whether the task is compute- or memory-bound on the target.")
+    if number is not None:
+        prompt += f" This will be plan {number} of the session."
+    if last_plan and (previous or redirect):
+        prompt += f"\n\nThe last plan:\n{last_plan}"
     if previous:
         prompt += f"\n\nThe previous candidate and what the evaluator said:\n{previous}\nRevise the plan to do better."
     if redirect:

@@ -217,6 +217,14 @@ def describe_hardware() -> dict[str, Any]:
             "cpus": os.cpu_count(), "host": socket.gethostname()}
 
 
+def describe_host() -> dict[str, Any]:
+    """The host without initialising a JAX backend here (evaluations happen in sandboxed children): for runners
+    embedded in another process."""
+    from tpu_runner.evaluate import detect_host
+
+    return {"platform": detect_host(), "cpus": os.cpu_count(), "host": socket.gethostname()}
+
+
 def install_signal_handlers(daemon: RunnerDaemon) -> None:
     signal.signal(signal.SIGTERM, daemon.request_stop)
     signal.signal(signal.SIGINT, daemon.request_stop)

@@ -12,6 +12,7 @@ form an LLM would, so the planner, implementer, self-debugger and analyst sub-ag
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -163,6 +164,15 @@ class OfflineBrain:
         space = emit.space_of(self.spec)
         own, reasons = choose(self.spec, self.chip)
         params, note = own, ""
+        # Where the session stands comes from the prompt when the loop says (a runner job starts a fresh brain);
+        # this brain's own memory only serves callers that keep one brain for a whole session.
+        number = re.search(r"This will be plan (\d+) of the session", prompt)
+        if number:
+            self.plans = int(number.group(1)) - 1
+        last = _PARAMS_LINE.search(prompt.split("The last plan:\n", 1)[1]) if "The last plan:\n" in prompt else None
+        if last:
+            with contextlib.suppress(json.JSONDecodeError):
+                self.history = [json.loads(last.group(1))]
         if "redirected the work:" in prompt:
             text = prompt.split("redirected the work:", 1)[1].split("\nFollow it.", 1)[0]
             base = self.history[-1] if self.history else own

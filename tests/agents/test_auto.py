@@ -92,7 +92,8 @@ def _new_session(engine) -> str:  # type: ignore[no-untyped-def]
 
 
 def _evaluator(settings: Settings):  # type: ignore[no-untyped-def]
-    return lambda path: evaluate(EvalRequest(TASKS / "softmax", path, "v6e"), settings)
+    return lambda path, on_stage=None: evaluate(EvalRequest(TASKS / "softmax", path, "v6e"), settings,
+                                                on_stage=on_stage)
 
 
 @pytest.mark.slow

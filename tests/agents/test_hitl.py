@@ -53,7 +53,8 @@ def _setup(tmp_path: Path, settings: Settings, brain: ScriptedBrain, mode: str =
 
     def loop(cls: type[AutoLoop], b: ScriptedBrain, **config: int) -> AutoLoop:
         return cls(engine=engine, brain=b, ctx=CTX, workdir=tmp_path / "k", config=AutoConfig(**config),
-                   evaluate=lambda path: evaluate(EvalRequest(TASKS / "softmax", path, "v6e"), settings))
+                   evaluate=lambda path, on_stage=None: evaluate(EvalRequest(TASKS / "softmax", path, "v6e"), settings,
+                                                                 on_stage=on_stage))
 
     return engine, session_id, loop
 
