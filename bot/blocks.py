@@ -13,11 +13,18 @@ from typing import Any
 
 SECTION_LIMIT = 3000
 MAX_BLOCKS = 50
+MESSAGE_TEXT_BUDGET = 10_000  # Slack refuses a message whose blocks hold about 12k characters (msg_blocks_too_long)
 STAGES = ("queued", "compiling", "testing", "profiling")
 _STAGE_OF = {"static": "compiling", "lower": "compiling", "compile": "compiling", "correctness": "testing",
              "performance": "profiling", "profile": "profiling"}
+DECISION_LABELS = {
+    "approve": "Approved", "redirect": "Redirected", "handoff": "Handed off to Auto", "cancel": "Cancelled",
+    "iterate": "Iterated", "finish": "Finished", "adopt": "Adopted", "search": "Search started",
+    "handback": "Returned to HITL",
+}
 
 Block = dict[str, Any]
+Payload = dict[str, Any]
 
 
 def split_text(text: str, limit: int = SECTION_LIMIT) -> list[str]:
@@ -44,6 +51,10 @@ def _section(text: str) -> list[Block]:
     return [{"type": "section", "text": {"type": "mrkdwn", "text": piece}} for piece in split_text(text)]
 
 
+def _context(text: str) -> Block:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": text[:2900]}]}
+
+
 def _button(label: str, action: str, session_id: str, step: int | None, style: str | None = None) -> Block:
     button: Block = {"type": "button", "text": {"type": "plain_text", "text": label}, "action_id": action,
                      "value": json.dumps({"session": session_id, "step": step})}
@@ -52,34 +63,115 @@ def _button(label: str, action: str, session_id: str, step: int | None, style: s
     return button
 
 
+def _actions(block_id: str, session_id: str, step: int | None, buttons: list[tuple[str, str, str | None]]) -> Block:
+    return {"type": "actions", "block_id": block_id,
+            "elements": [_button(label, action, session_id, step, style) for label, action, style in buttons]}
+
+
+def _text_size(block: Block) -> int:
+    if block["type"] == "section":
+        return len(block["text"]["text"])
+    return sum(len(e.get("text", "")) for e in block.get("elements", []) if isinstance(e.get("text"), str))
+
+
+def too_long(text: str) -> bool:
+    """Text that a message cannot carry whole: the full text goes in a file beside it."""
+    return len(text) > MESSAGE_TEXT_BUDGET - 1000
+
+
 def _capped(blocks: list[Block]) -> list[Block]:
-    if len(blocks) <= MAX_BLOCKS:
-        return blocks
-    return blocks[:MAX_BLOCKS - 1] + [{"type": "context", "elements": [
-        {"type": "mrkdwn", "text": "_(truncated here: the full text is in the attached file)_"}]}]
+    """Within Slack's limits on blocks and on text, the actions (if any) kept last so the buttons survive a long
+    text; what is cut is said."""
+    actions = [b for b in blocks if b["type"] == "actions"]
+    body: list[Block] = []
+    budget = MESSAGE_TEXT_BUDGET - sum(_text_size(b) for b in actions) - 200
+    for block in (b for b in blocks if b["type"] != "actions"):
+        if len(body) >= MAX_BLOCKS - 1 - len(actions) or _text_size(block) > budget:
+            body.append(_context("_(truncated here: the full text is in the attached file)_"))
+            break
+        body.append(block)
+        budget -= _text_size(block)
+    return [*body, *actions]
 
 
+def button_value(raw: str) -> tuple[str, int | None]:
+    """(session id, step) from a button's value; ValueError when it is not one of ours."""
+    try:
+        data = json.loads(raw)
+        step = data.get("step")
+        return str(data["session"]), int(step) if step is not None else None
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"not a kernelbot button value: {raw!r}") from exc
+
+
+def _speedup(outcome: dict[str, Any]) -> str:
+    if outcome.get("speedup") is None:
+        return ""
+    return f"x{outcome['speedup']:.2f} ({outcome.get('method') or 'estimated'})"
+
+
+# -- the thread's root ----------------------------------------------------------------------------------------
 def session_root(*, session_id: str, task: str, target: str, mode: str, owner: str | None, status: str,
-                 shapes: str = "") -> dict[str, Any]:
+                 shapes: str = "") -> Payload:
     """The thread's first message; its status line is edited in place as the session moves."""
     who = f"<@{owner}>" if owner else "someone"
     text = f"*{mode.upper()} session* `{session_id}` on *{task}* ({target}), started by {who}"
     blocks = _section(text)
     if shapes:
-        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"inputs: {shapes}"[:2000]}]})
-    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"status: {status}"}]})
+        blocks.append(_context(f"inputs: {shapes}"[:2000]))
+    blocks.append(_context(f"status: {status}"))
     return {"text": f"{mode} session {session_id} on {task}: {status}", "blocks": blocks}
 
 
-def plan_message(*, session_id: str, step: int, plan: str) -> dict[str, Any]:
-    blocks = _section(f"*Plan*\n{plan}")
-    blocks.append({"type": "actions", "block_id": f"plan-{session_id}-{step}", "elements": [
-        _button("Approve", "approve", session_id, step, "primary"),
-        _button("Redirect…", "redirect", session_id, step),
-        _button("Hand off to Auto", "handoff", session_id, step),
-        _button("Cancel", "cancel", session_id, step, "danger"),
-    ]})
+# -- HITL cards -----------------------------------------------------------------------------------------------
+def plan_message(*, session_id: str, step: int, plan: str, redirect: str | None = None) -> Payload:
+    heading = "*Plan*" + (f" (redirected: “{redirect.strip()[:300]}”)" if redirect else "")
+    blocks = _section(f"{heading}\n{plan}")
+    blocks.append(_actions(f"plan-{session_id}-{step}", session_id, step, [
+        ("Approve", "approve", "primary"), ("Redirect…", "redirect", None), ("Hand off to Auto", "handoff", None),
+        ("Cancel", "cancel", "danger")]))
     return {"text": f"Plan for session {session_id}: approve, redirect, hand off or cancel", "blocks": _capped(blocks)}
+
+
+def result_lines(outcome: dict[str, Any]) -> list[str]:
+    """The result in a few lines: verdict, correctness, time against the reference (measured or estimated),
+    speedup, fraction of roofline, bottleneck; for a failure, the stage and the error."""
+    verdict = outcome.get("verdict") or "unknown"
+    lines = [f"*Result: {verdict}*" + (f"  {_speedup(outcome)}" if outcome.get("speedup") is not None else "")]
+    correctness = outcome.get("correctness")
+    if correctness:
+        lines.append(f"correctness: {correctness}")
+    if outcome.get("candidate_ms") is not None and outcome.get("reference_ms") is not None:
+        lines.append(f"time: {outcome['candidate_ms']:.4g} ms vs reference {outcome['reference_ms']:.4g} ms "
+                     f"({outcome.get('method') or 'estimated'})")
+    if outcome.get("roofline_fraction") is not None:
+        lines.append(f"roofline: {outcome['roofline_fraction']:.0%} of what the chip allows"
+                     + (f", {outcome['bound']}-bound" if outcome.get("bound") else ""))
+    if outcome.get("bottleneck"):
+        lines.append(f"bottleneck: {outcome['bottleneck']}")
+    error = outcome.get("error")
+    if error:
+        where = f" at line {error['line']}" if error.get("line") else ""
+        lines.append(f"error: `{error.get('kind')}`{where} in {error.get('stage') or 'evaluation'}: "
+                     f"{str(error.get('detail', '')).strip()[:1200]}")
+    elif verdict not in ("ok",) and outcome.get("message"):
+        lines.append(str(outcome["message"])[:1200])
+    if outcome.get("analysis"):
+        lines.append(f"analysis: {str(outcome['analysis'])[:1500]}")
+    return lines
+
+
+def result_card(*, session_id: str, step: int, outcome: dict[str, Any]) -> Payload:
+    lines = result_lines(outcome)
+    if outcome.get("profile_summary"):
+        lines.append(f"```{outcome['profile_summary'][:2500]}```")
+    blocks = _section("\n".join(lines))
+    blocks.append(_actions(f"result-{session_id}-{step}", session_id, step, [
+        ("Iterate", "iterate", "primary"), ("Redirect…", "redirect", None), ("Hand off to Auto", "handoff", None),
+        ("Finish", "finish", None)]))
+    verdict = outcome.get("verdict") or "unknown"
+    return {"text": f"Result for session {session_id}: {verdict} {_speedup(outcome)}".rstrip(),
+            "blocks": _capped(blocks)}
 
 
 def progress_text(stage: str) -> str:
@@ -88,27 +180,72 @@ def progress_text(stage: str) -> str:
     return " → ".join(f"*{s}*" if s == current else s for s in STAGES)
 
 
-def result_card(*, session_id: str, step: int, outcome: dict[str, Any]) -> dict[str, Any]:
-    verdict = outcome.get("verdict") or "unknown"
-    lines = [f"*Result: {verdict}*  {outcome.get('message', '')}"]
-    if outcome.get("speedup") is not None:
-        lines.append(f"speedup *x{outcome['speedup']:.2f}* ({outcome.get('method') or 'estimated'})")
-    if outcome.get("profile_summary"):
-        lines.append(f"```{outcome['profile_summary'][:2500]}```")
+def progress_message(*, title: str, stage: str, note: str = "", done: str = "") -> Payload:
+    """One message per implement-evaluate cycle, edited as the runner moves through the stages."""
+    line = done or progress_text(stage)
+    text = f"{title}: {line}" + (f"\n{note}" if note else "")
+    return {"text": f"{title}: {done or _STAGE_OF.get(stage, stage)}", "blocks": _section(text)}
+
+
+# -- Auto -----------------------------------------------------------------------------------------------------
+def auto_progress(*, session_id: str, iteration: int, max_iterations: int, doing: str, evaluations: int,
+                  best: str, running: bool = True) -> Payload:
+    """The one message an Auto run edits as it goes, with a button to take the session back."""
+    text = (f"*Auto* iteration {iteration}/{max_iterations}: {doing}\n"
+            f"{evaluations} evaluation(s) so far, best {best or 'none yet'}")
+    blocks = _section(text)
+    if running:
+        blocks.append(_actions(f"auto-{session_id}", session_id, None, [("Return to HITL", "handback", None)]))
+    return {"text": f"Auto iteration {iteration}/{max_iterations}: {doing}", "blocks": blocks}
+
+
+def auto_summary(*, session_id: str, step: int, outcome: dict[str, Any]) -> Payload:
+    """Auto's final word: the best kernel (attached beside it) and what to do with it."""
+    if outcome.get("improved"):
+        head = (f"*Auto finished*: best kernel {_speedup(outcome)} after {outcome.get('evaluations', 0)} "
+                f"evaluation(s) (stopped: {outcome.get('stop_reason')})")
+        buttons = [("Adopt this kernel", "adopt", "primary"), ("Continue with a search", "search", None),
+                   ("Return to HITL", "handback", None)]
+    else:
+        head = (f"*Auto finished* without a kernel faster than the reference after {outcome.get('evaluations', 0)} "
+                f"evaluation(s) (stopped: {outcome.get('stop_reason')})")
+        buttons = [("Return to HITL", "handback", "primary")]
+    lines = [head, *result_lines(outcome)[1:]] if outcome.get("verdict") else [head]
     blocks = _section("\n".join(lines))
-    blocks.append({"type": "actions", "block_id": f"result-{session_id}-{step}", "elements": [
-        _button("Iterate", "iterate", session_id, step, "primary"),
-        _button("Redirect…", "redirect", session_id, step),
-        _button("Hand off to Auto", "handoff", session_id, step),
-        _button("Finish", "finish", session_id, step),
-    ]})
-    return {"text": f"Result for session {session_id}: {verdict}", "blocks": _capped(blocks)}
+    blocks.append(_actions(f"summary-{session_id}-{step}", session_id, step, buttons))
+    return {"text": f"Auto finished for session {session_id}: {_speedup(outcome) or 'no improvement'}",
+            "blocks": _capped(blocks)}
 
 
-def answered(message: dict[str, Any], *, decision: str, user: str, at: float) -> dict[str, Any]:
+# -- Search ---------------------------------------------------------------------------------------------------
+def search_progress(*, evaluations: int, budget: int, best: str, duplicates: int = 0) -> Payload:
+    dup = f", {duplicates} duplicate(s) skipped" if duplicates else ""
+    text = f"*Search*: {evaluations}/{budget} evaluations{dup}, best {best or 'none yet'}"
+    return {"text": f"Search: {evaluations}/{budget} evaluations, best {best or 'none yet'}", "blocks": _section(text)}
+
+
+def search_summary(*, outcome: dict[str, Any]) -> Payload:
+    if outcome.get("improved"):
+        head = f"*Search finished*: best kernel {_speedup(outcome)}"
+    else:
+        head = "*Search finished* without a kernel faster than the reference"
+    lines = [head, f"{outcome.get('evaluations', 0)} evaluation(s), {outcome.get('duplicates', 0)} duplicate(s) "
+                   f"skipped; {outcome.get('reason') or ''}".rstrip("; ")]
+    if outcome.get("path"):
+        lines.append("strategies that led there: " + " → ".join(outcome["path"]))
+    return {"text": f"Search finished: {_speedup(outcome) or 'no improvement'}", "blocks": _section("\n".join(lines))}
+
+
+# -- small things ---------------------------------------------------------------------------------------------
+def notice(text: str) -> Payload:
+    return {"text": text[:3000], "blocks": _section(text)}
+
+
+def answered(message: Payload, *, decision: str, user: str, at: float, text: str | None = None) -> Payload:
     """The message as it shows once answered: its buttons replaced by who decided what, and when."""
     stamp = time.strftime("%H:%M", time.gmtime(at))
+    label = DECISION_LABELS.get(decision, decision.capitalize())
+    said = f": “{text.strip()[:500]}”" if text and text.strip() else ""
     kept = [b for b in message.get("blocks", []) if b.get("type") != "actions"]
-    kept.append({"type": "context", "elements": [
-        {"type": "mrkdwn", "text": f"{decision.capitalize()} by <@{user}> at {stamp} UTC"}]})
+    kept.append(_context(f"{label} by <@{user}> at {stamp} UTC{said}"))
     return {"text": message.get("text", ""), "blocks": kept}

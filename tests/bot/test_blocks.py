@@ -51,7 +51,7 @@ def test_an_answered_message_loses_its_buttons_and_says_who_and_when() -> None:
 def test_result_card_root_and_progress() -> None:
     card = result_card(session_id="s1", step=5, outcome={"verdict": "ok", "message": "ok: x1.5", "speedup": 1.5,
                                                           "method": "estimated"})
-    assert "x1.50* (estimated)" in _texts(card)[0]
+    assert "*Result: ok*  x1.50 (estimated)" in _texts(card)[0]
     assert [e["action_id"] for e in card["blocks"][-1]["elements"]] == ["iterate", "redirect", "handoff", "finish"]
     root = session_root(session_id="s1", task="softmax", target="v6e", mode="hitl", owner="U1", status="planning")
     assert "status: planning" in json.dumps(root) and "<@U1>" in json.dumps(root)

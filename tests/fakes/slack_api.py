@@ -14,13 +14,14 @@ import json
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 BOT_TOKEN = "xoxb-kernelbot-test"
+APP_TOKEN = "xapp-kernelbot-test"
 BOT_USER = "UBOT"
 TEAM = "T0001"
 MAX_BLOCKS = 50
@@ -55,6 +56,10 @@ class FakeSlack:
     burst: int = 3  # messages a channel takes at once before the rate applies
     per_second: float = 1.0  # chat.postMessage per channel, after the burst
     rate_limited: int = 0  # 429s answered
+    usergroups: dict[str, list[str]] = field(default_factory=dict)  # group id -> member user ids
+    archived: set[str] = field(default_factory=set)  # channels that refuse posts (is_archived)
+    socket_url: str = ""  # what apps.connections.open hands out (the Socket Mode fake's address)
+    after_post: Callable[[Message], None] | None = None  # runs once a message is stored, before the answer
     _stamps: dict[str, list[float]] = field(default_factory=dict)
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     _clock: Iterator[int] = field(default_factory=lambda: itertools.count(1))
@@ -109,6 +114,8 @@ class FakeSlack:
         channel = str(args.get("channel") or "")
         if not channel:
             return 200, {"ok": False, "error": "channel_not_found"}, {}
+        if channel in self.archived:
+            return 200, {"ok": False, "error": "is_archived"}, {}
         wait = self._rate_ok(channel)
         if wait:
             self.rate_limited += 1
@@ -125,6 +132,8 @@ class FakeSlack:
         message = Message(channel=channel, ts=self._ts(), text=text[:TEXT_LIMIT], blocks=blocks,
                           thread_ts=str(thread_ts) if thread_ts else None, metadata=_json_arg(args.get("metadata")))
         self.messages.setdefault(channel, []).append(message)
+        if self.after_post:
+            self.after_post(message)
         body: dict[str, Any] = {"ok": True, "channel": channel, "ts": message.ts,
                                 "message": {"text": message.text, "ts": message.ts, "user": BOT_USER}}
         if warning:
@@ -152,18 +161,45 @@ class FakeSlack:
         self.ephemeral.append(dict(args))
         return 200, {"ok": True, "message_ts": self._ts()}, {}
 
+    def _listed(self, m: Message, with_metadata: bool) -> dict[str, Any]:
+        item: dict[str, Any] = {"ts": m.ts, "text": m.text, "user": m.user, "blocks": m.blocks,
+                                "thread_ts": m.thread_ts or m.ts}
+        if with_metadata and m.metadata:
+            item["metadata"] = m.metadata
+        if m.files:
+            item["files"] = [{"id": f, "name": self.files[f]["name"], "title": self.files[f].get("title")}
+                             for f in m.files if f in self.files]
+        return item
+
     def m_conversations_replies(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
         channel, ts = str(args.get("channel")), str(args.get("ts"))
         if not self.find(channel, ts):
             return 200, {"ok": False, "error": "thread_not_found"}, {}
         with_metadata = str(args.get("include_all_metadata", "")).lower() in ("1", "true")
-        out = []
-        for m in self.thread(channel, ts):
-            item = {"ts": m.ts, "text": m.text, "user": m.user, "blocks": m.blocks, "thread_ts": m.thread_ts or m.ts}
-            if with_metadata and m.metadata:
-                item["metadata"] = m.metadata
-            out.append(item)
+        out = [self._listed(m, with_metadata) for m in self.thread(channel, ts)]
         return 200, {"ok": True, "messages": out, "has_more": False}, {}
+
+    def m_conversations_history(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """Top-level messages of a channel, newest first (only those after `oldest`, when given)."""
+        channel = str(args.get("channel"))
+        with_metadata = str(args.get("include_all_metadata", "")).lower() in ("1", "true")
+        oldest = float(args.get("oldest") or 0)
+        top = [m for m in self.messages.get(channel, []) if (m.thread_ts is None or m.thread_ts == m.ts)
+               and float(m.ts) > oldest]
+        limit = int(args.get("limit") or 100)
+        out = [self._listed(m, with_metadata) for m in reversed(top)][:limit]
+        return 200, {"ok": True, "messages": out, "has_more": len(top) > limit}, {}
+
+    def m_usergroups_users_list(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        group = str(args.get("usergroup"))
+        if group not in self.usergroups:
+            return 200, {"ok": False, "error": "no_such_subteam"}, {}
+        return 200, {"ok": True, "users": list(self.usergroups[group])}, {}
+
+    def m_apps_connections_open(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        if not self.socket_url:
+            return 200, {"ok": False, "error": "socket_mode_not_enabled"}, {}
+        return 200, {"ok": True, "url": self.socket_url}, {}
 
     def m_views_open(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
         if not args.get("trigger_id"):
@@ -199,9 +235,14 @@ class FakeSlack:
                 return 200, {"ok": False, "error": "file_not_found"}, {}
             stored["title"] = f.get("title")
         if channel:
+            thread_ts = args.get("thread_ts")
+            if thread_ts and not self.find(str(channel), str(thread_ts)):
+                return 200, {"ok": False, "error": "thread_not_found"}, {}
             message = Message(channel=str(channel), ts=self._ts(), text=str(args.get("initial_comment") or ""),
-                              thread_ts=args.get("thread_ts"), files=[f["id"] for f in files])
+                              thread_ts=str(thread_ts) if thread_ts else None, files=[f["id"] for f in files])
             self.messages.setdefault(str(channel), []).append(message)
+            if self.after_post:
+                self.after_post(message)
         return 200, {"ok": True, "files": [{"id": f["id"], "title": f.get("title")} for f in files]}, {}
 
     def upload(self, file_id: str, content: bytes) -> int:
@@ -265,7 +306,7 @@ def _handler(fake: FakeSlack) -> type[BaseHTTPRequestHandler]:
             else:
                 args = {k: v[-1] for k, v in urllib.parse.parse_qs(raw.decode()).items()}
             token = token or str(args.pop("token", ""))
-            if token != BOT_TOKEN:
+            if token != (APP_TOKEN if path == "apps.connections.open" else BOT_TOKEN):
                 self._reply(200, {"ok": False, "error": "invalid_auth"}, {})
                 return
             self._reply(*fake.call(path, args))
