@@ -1,10 +1,13 @@
-"""`kernelbot serve`: the Slack app. This version serves `/kernel` over HTTP (request signing); Socket Mode, the
-notifier that posts session threads, and the scheduler come next."""
+"""`kernelbot serve`: the Slack app (Socket Mode by default, HTTP when asked), the notifier and the scheduler,
+and with `--with-runner` a runner in the same process."""
 
 from __future__ import annotations
 
+import logging
+import signal
+import threading
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -21,23 +24,45 @@ def register(app: typer.Typer) -> None:
 @_app.command("serve")
 def serve_command(
     http: Annotated[bool, typer.Option("--http", help="Serve Slack's requests over HTTP at /slack/events "
-                                       "(needs SLACK_SIGNING_SECRET).")] = False,
+                                       "(needs SLACK_SIGNING_SECRET) instead of Socket Mode (SLACK_APP_TOKEN).")]
+    = False,
+    host: Annotated[str, typer.Option("--host", help="HTTP address to listen on.")] = "0.0.0.0",
     port: Annotated[int, typer.Option("--port", help="HTTP port.")] = 3000,
+    with_runner: Annotated[bool, typer.Option("--with-runner", help="Run a runner in this process too "
+                                              "(a single-host team).")] = False,
+    runner_concurrency: Annotated[int, typer.Option("--runner-concurrency", help="Jobs the embedded runner runs "
+                                                    "at once.")] = 1,
     suite: Annotated[list[Path] | None, typer.Option("--suite", help="Extra task suite directories "
-                                                     "(tasks/ is always there).")] = None,
+                                                     "(tasks/ is always there; also KERNELBOT_SUITES).")] = None,
 ) -> None:
-    """The Slack app: /kernel commands acked at once and recorded as sessions for the runners."""
+    """The Slack app: /kernel commands, session threads with approvals, Auto results and digests."""
 
     def run() -> int:
-        from bot.slack_app import build_app
+        from bot.server import ServeOptions, Server
         from storage.database import open_database
 
-        if not http:
-            raise ValueError("this version serves Slack over HTTP only: use --http (Socket Mode comes next)")
+        logging.getLogger("kernelbot").setLevel(logging.INFO)
         settings = get_settings()
-        app = build_app(settings, open_database(settings), suites=list(suite or []))
-        console.print(f"kernelbot: serving /kernel on http://0.0.0.0:{port}/slack/events")
-        app.start(port=port, path="/slack/events")
+        options = ServeOptions(http=http, host=host, port=port, with_runner=with_runner,
+                               runner_concurrency=runner_concurrency, suites=tuple(suite or ()))
+        server = Server(settings, open_database(settings), options, leader_services=_leader_services())
+
+        def stop(*_: Any) -> None:
+            threading.Thread(target=server.shutdown, name="shutdown", daemon=True).start()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        server.start()
+        where = f"http://{host}:{port}/slack/events" if http else "Socket Mode"
+        console.print(f"kernelbot: serving Slack on {where}" + (" with an embedded runner" if with_runner else ""))
+        server.serve_forever()
+        server.shutdown()
         return 0
 
     run_command(run)
+
+
+def _leader_services() -> list[Any]:
+    from bot.scheduler import start_scheduler
+
+    return [start_scheduler]

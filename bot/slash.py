@@ -10,6 +10,7 @@ import difflib
 import shlex
 from dataclasses import dataclass, field
 
+from agents.search_decide import SEARCH_STRATEGIES
 from tpu_runner.hardware import CHIPS
 
 
@@ -25,11 +26,11 @@ class Spec:
 _COMMON = {"--target": "target", "--brain": "brain"}
 COMMANDS: dict[str, Spec] = {
     "help": Spec("help", "what /kernel can do"),
-    "new": Spec("new [TASK] [--target T] [--brain B]", "start a HITL session in a thread (no task: paste a "
-                "reference in a form)", ("task",), 0, _COMMON),
+    "new": Spec("new [TASK] [--budget N] [--target T] [--brain B]", "start a HITL session in a thread (no task: "
+                "paste a reference in a form)", ("task",), 0, {**_COMMON, "--budget": "int"}),
     "auto": Spec("auto TASK [--budget N] [--target T] [--brain B]", "optimise a task without people",
                  ("task",), 1, {**_COMMON, "--budget": "int"}),
-    "search": Spec("search TASK [--strategy beam|parallel|tune] [--budget N] [--target T] [--brain B]",
+    "search": Spec(f"search TASK [--strategy {'|'.join(SEARCH_STRATEGIES)}] [--budget N] [--target T] [--brain B]",
                    "search a graph of candidates", ("task",), 1, {**_COMMON, "--budget": "int",
                                                                   "--strategy": "strategy"}),
     "status": Spec("status [SESSION]", "where a session (or every active one) stands", ("session",)),
@@ -38,11 +39,12 @@ COMMANDS: dict[str, Spec] = {
     "cancel": Spec("cancel SESSION", "stop a session", ("session",), 1),
     "tasks": Spec("tasks", "the task suites"),
     "runners": Spec("runners", "the runner fleet"),
-    "schedule": Spec("schedule list | add TASK CRON | remove ID", "recurring autonomous searches",
-                     ("action", "task", "cron"), 1, {"--strategy": "strategy", "--budget": "int"}),
-    "digest": Spec("digest [now|preview]", "the daily digest of search results", ("when",)),
+    "schedule": Spec('schedule [list] | add TASK "CRON" [--strategy S] [--budget N] [--target T] [--brain B] | '
+                     "remove ID", "recurring autonomous searches", ("action", "task", "cron"), 0,
+                     {**_COMMON, "--strategy": "strategy", "--budget": "int"}),
+    "digest": Spec("digest [preview|now]", "the digest so far (preview), or post it here now", ("when",)),
 }
-_CHOICES = {"target": tuple(CHIPS), "brain": ("offline", "anthropic"), "strategy": ("beam", "parallel", "tune")}
+_CHOICES = {"target": tuple(CHIPS), "brain": ("offline", "anthropic"), "strategy": SEARCH_STRATEGIES}
 
 
 class UsageError(ValueError):

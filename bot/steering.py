@@ -33,4 +33,4 @@ def may_steer(policy: SteeringPolicy, *, user: str, owner: str | None, user_grou
         return True, ""
     who = [f"<@{owner}> (who started it)"] if owner else []
     who += [f"<@{u}>" for u in sorted(policy.users)] + [f"<!subteam^{g}>" for g in sorted(policy.groups)]
-    return False, f"Only {', '.join(who) or 'its owner'} may steer this session; your click changed nothing."
+    return False, f"Only {', '.join(who) or 'its owner'} may steer this session; nothing was changed."
