@@ -62,7 +62,7 @@ class FakeSlack:
     after_post: Callable[[Message], None] | None = None  # runs once a message is stored, before the answer
     _stamps: dict[str, list[float]] = field(default_factory=dict)
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
-    _clock: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    _last_ts: int = 0  # microseconds of the latest ts handed out
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- reading the state ----------------------------------------------------------------------------------------
@@ -74,7 +74,9 @@ class FakeSlack:
 
     # -- the API --------------------------------------------------------------------------------------------------
     def _ts(self) -> str:
-        return f"{1796000000 + next(self._clock)}.{next(self._clock) % 1000000:06d}"
+        """Like Slack's: the post's time in seconds with microseconds, unique and increasing in the workspace."""
+        self._last_ts = max(self._last_ts + 1, int(time.time() * 1_000_000))
+        return f"{self._last_ts // 1_000_000}.{self._last_ts % 1_000_000:06d}"
 
     def _rate_ok(self, channel: str) -> float:
         """0 when a post to this channel may go now, else the seconds to wait (Retry-After)."""
