@@ -8,22 +8,31 @@ from typing import Any
 from sqlalchemy import Engine, update
 from sqlmodel import Session, col, select
 
-from agents.hitl import DecisionRejected, record_decision
+from agents.hitl import DecisionRejected, answered_step, record_decision
 from agents.search import start_search, stop_search
 from agents.search_decide import SearchConfig
 from storage import queue, sessions
 from storage.models import Candidate, Decision, Job, now
+from tpu_runner.jobs import FollowUp
 from tpu_runner.tasks import Task, load_task
 
 ADVANCE_KIND = {"hitl": "hitl_advance", "auto": "auto_session"}
 FINISHED = ("done", "cancelled", "failed")
 
 
+def advance_job(*, session_id: str, mode: str, target: str) -> FollowUp:
+    """The job that advances a session in its mode. One live advance job per session (its dedup key): a command
+    while one is queued or running needs no second job - a job that finds its session handed to the other mode
+    queues the next one itself as it ends."""
+    # A session whose advance job fails for good cannot move: the runner marks it failed (`fails_session`).
+    return FollowUp(kind=ADVANCE_KIND[mode], payload={"session_id": session_id, "fails_session": True}, target=target,
+                    dedup_key=f"advance:{session_id}", session_id=session_id)
+
+
 def _enqueue_advance(s: Session, *, session_id: str, mode: str, target: str) -> int | None:
-    # One live advance job per session: a second command while one is queued or running needs no second job.
-    job = queue.enqueue(s, kind=ADVANCE_KIND[mode], payload={"session_id": session_id}, target=target,
-                        dedup_key=f"advance:{session_id}", session_id=session_id)
-    return job.id
+    job = advance_job(session_id=session_id, mode=mode, target=target)
+    return queue.enqueue(s, kind=job.kind, payload=job.payload, target=job.target, dedup_key=job.dedup_key,
+                         session_id=job.session_id).id
 
 
 def start_session(engine: Engine, *, mode: str, task: Task, target: str, owner: str | None = None,
@@ -68,10 +77,7 @@ def cancel_session(engine: Engine, *, session_id: str, actor: str, step: int | N
         record = sessions.get_session(s, session_id=session_id)
         if record.status in FINISHED:
             raise DecisionRejected(f"session {session_id} is already {record.status}")
-        answers = sessions.last_step_index(s, session_id=session_id)
-        if step is not None and step != answers:
-            raise DecisionRejected(f"that message was for step {step} of session {session_id}, which has moved on "
-                                   f"(now at step {answers}); answer the latest message in the thread")
+        answers = answered_step(s, session_id=session_id, step=step)
         if record.mode == "search":
             stop_search(s, session_id, f"cancelled by {actor}")
         s.execute(update(Job).where(Job.session_id == session_id, col(Job.status) == "queued")

@@ -88,6 +88,22 @@ class HitlMachine(AutoLoop):
         return hitl_next_action(steps, self.config.max_debug_attempts)
 
 
+def answered_step(s: Session, *, session_id: str, step: int | None) -> int | None:
+    """The step a decision answers now: the latest the agents did. With `step` (a click on a message shown for
+    that step) it is refused when the session has moved on or someone already answered that message."""
+    answers = sessions.last_step_index(s, session_id=session_id)
+    if step is None:
+        return answers
+    if step != answers:
+        raise DecisionRejected(f"that message was for step {step} of session {session_id}, which has moved on "
+                               f"(now at step {answers}); answer the latest message in the thread")
+    earlier = sessions.decision_answering(s, session_id=session_id, step_index=step)
+    if earlier is not None:
+        out = earlier.outputs or {}
+        raise DecisionRejected(f"that message was already answered ({out.get('action')} by <@{out.get('actor')}>)")
+    return answers
+
+
 AFTER_AUTO = ("adopt", "search")  # what a person may do with a finished Auto session's best kernel
 
 
@@ -105,10 +121,7 @@ def record_decision(engine: Engine, *, session_id: str, actor: str, action: str,
         if record.status in ("cancelled", "failed"):
             raise DecisionRejected(f"session {session_id} is {record.status}; nothing more can be decided")
         steps = [StepRecord(st.kind, dict(st.outputs or {})) for st in sessions.get_steps(s, session_id=session_id)]
-        answers = sessions.last_step_index(s, session_id=session_id)
-        if step is not None and step != answers:
-            raise DecisionRejected(f"that message was for step {step} of session {session_id}, which has moved on "
-                                   f"(now at step {answers}); answer the latest message in the thread")
+        answers = answered_step(s, session_id=session_id, step=step)
         if record.mode == "auto":
             finished = record.status == "done"
             allowed = ("handback", *AFTER_AUTO) if finished else ("handback",)

@@ -15,6 +15,7 @@ from agents.auto import AutoLoop
 from agents.auto_decide import AutoConfig
 from agents.brain import Brain, Budget
 from agents.brains import BrainUnavailable, make_brain
+from agents.commands import advance_job
 from agents.hitl import HitlMachine
 from agents.runtime import build_loop
 from storage import sessions
@@ -56,8 +57,13 @@ def _advance(ctx: JobContext, payload: dict[str, Any], machine: type[AutoLoop]) 
                       session_id=session_id, config=AutoConfig(max_iterations=int(budget.get("iterations", 5))),
                       spares=ctx.spares)
     outcome = loop.run(session_id)
+    then = []
+    if outcome.stop_reason.startswith("handed to"):  # a person changed hands while this job ran: go on in that mode
+        with Session(engine) as s:
+            record = sessions.get_session(s, session_id=session_id)
+            then.append(advance_job(session_id=session_id, mode=record.mode, target=record.target))
     return JobOutcome(result={"session_id": session_id, "stop_reason": outcome.stop_reason,
-                              "best_speedup": outcome.best_speedup, "evaluations": outcome.evaluations})
+                              "best_speedup": outcome.best_speedup, "evaluations": outcome.evaluations}, then=then)
 
 
 def _describe_task(engine: Engine, session_id: str, task: Task) -> None:

@@ -41,6 +41,14 @@ def last_step_index(session: Session, *, session_id: str, work_only: bool = True
     return session.exec(query).one()
 
 
+def decision_answering(session: Session, *, session_id: str, step_index: int) -> Step | None:
+    """The person's decision that answered this step, if one did."""
+    for step in get_steps(session, session_id=session_id):
+        if step.kind == "decision" and (step.outputs or {}).get("answers") == step_index:
+            return step
+    return None
+
+
 def add_step(session: Session, *, session_id: str, kind: str, inputs: dict[str, Any] | None = None,
              outputs: dict[str, Any] | None = None, status: str = "done") -> Step:
     last = session.exec(select(func.max(Step.index)).where(Step.session_id == session_id)).one()

@@ -21,6 +21,7 @@ from sqlmodel import Session
 from storage import queue
 from storage.models import SessionEvent
 from storage.runners import deregister_runner, heartbeat_runner, register_runner
+from storage.sessions import set_session_status
 from storage.settings import Settings
 from tpu_runner.jobs import JOB_KINDS, JobContext, JobRejected
 from tpu_runner.sandbox import SparePool, kill_running_children
@@ -170,6 +171,10 @@ class RunnerDaemon:
         with Session(self.engine) as s, s.begin():
             recorded = queue.complete(s, job_id=lease.job_id, fence=lease.fence, result=outcome.result,
                                       evaluations=outcome.evaluations)
+            if recorded:
+                for follow in outcome.then:
+                    queue.enqueue(s, kind=follow.kind, payload=follow.payload, target=follow.target,
+                                  dedup_key=follow.dedup_key, session_id=follow.session_id)
             if recorded and lease.session_id:
                 s.add(SessionEvent(session_id=lease.session_id, kind="job_done", payload={
                     "job_id": lease.job_id, "kind": lease.kind, "result": outcome.result,
@@ -187,6 +192,8 @@ class RunnerDaemon:
             if status == "failed" and lease.session_id:
                 s.add(SessionEvent(session_id=lease.session_id, kind="job_failed", payload={
                     "job_id": lease.job_id, "kind": lease.kind, "reason": reason}))
+                if lease.payload.get("fails_session"):
+                    set_session_status(s, session_id=lease.session_id, status="failed")
         log.warning("runner %s: job %d failed (%s): %s", self.runner_id, lease.job_id, status or "lease lost", reason)
 
     def _drain(self, held: dict[int, _Held]) -> None:

@@ -27,10 +27,22 @@ class JobContext:
     spares: SparePool | None = None
 
 
+@dataclass(frozen=True)
+class FollowUp:
+    """A job to queue once this one is recorded done, in the same transaction (so it may share its dedup key)."""
+
+    kind: str
+    payload: dict[str, Any]
+    target: str | None = None
+    dedup_key: str | None = None
+    session_id: str | None = None
+
+
 @dataclass
 class JobOutcome:
     result: dict[str, Any] = field(default_factory=dict)
     evaluations: list[Evaluation] = field(default_factory=list)
+    then: list[FollowUp] = field(default_factory=list)
 
 
 JobHandler = Callable[[JobContext, dict[str, Any]], JobOutcome]

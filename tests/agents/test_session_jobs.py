@@ -3,6 +3,7 @@ decisions set the next job going (the design's one-way flow, end to end with the
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,21 @@ def test_hitl_session_through_the_queue_then_handed_to_auto(tmp_path: Path, monk
         assert events[0] == "session_started" and events.count("job_done") == 3 and "auto_finished" in events
         assert sessions.get_session(s, session_id=sid).best_candidate_id is not None
     assert len(fake.requests) == 6
+
+
+def test_a_session_whose_advance_job_fails_for_good_is_marked_failed(tmp_path: Path) -> None:
+    settings = load_settings({"KERNELBOT_HOME": str(tmp_path)})
+    engine = open_database(settings)
+    task_dir = tmp_path / "gone"
+    shutil.copytree(TASKS / "softmax", task_dir)
+    sid = start_session(engine, mode="hitl", task=load_task(task_dir), target="v6e", owner="ana",
+                        budget={"brain": "offline"})
+    shutil.rmtree(task_dir)  # the task went away before a runner took the job
+    config = RunnerConfig(name="agents", targets=("v6e",), exit_when_idle=True, poll_seconds=0.05,
+                          kinds=("hitl_advance",))
+    assert RunnerDaemon(engine=engine, settings=settings, config=config).run() == 0
+    with Session(engine) as s:
+        assert sessions.get_session(s, session_id=sid).status == "failed"
+        failed = s.exec(select(SessionEvent).where(SessionEvent.session_id == sid,
+                                                   SessionEvent.kind == "job_failed")).one()
+        assert "does not exist" in failed.payload["reason"]

@@ -52,3 +52,16 @@ def through_first_result(engine: Engine, settings: Settings, workdir: Path, sess
     hitl.run(session_id)
     decide(engine, session_id=session_id, actor="U1", action="approve", via="button")
     hitl.run(session_id)
+
+
+def finished_auto(engine: Engine, settings: Settings, workdir: Path, *, channel: str, owner: str = "U1") -> str:
+    """An Auto session run to its end (one iteration: the suite's softmax kernel, x2.00 estimated)."""
+    from agents.auto import AutoLoop
+
+    session_id = start_session(engine, mode="auto", task=load_task(TASKS / "softmax"), target="v6e", owner=owner,
+                               budget={"brain": "offline", "iterations": 1}, slack_channel=channel)
+    task, chip = load_task(TASKS / "softmax"), get_chip("v6e")
+    AutoLoop(engine=engine, brain=make_brain("offline", settings, Budget(), task=task, chip=chip),
+             ctx=task_context(task, chip), evaluate=replayed, workdir=workdir,
+             config=AutoConfig(max_iterations=1)).run(session_id)
+    return session_id
