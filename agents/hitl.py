@@ -90,7 +90,7 @@ class HitlMachine(AutoLoop):
 
 def answered_step(s: Session, *, session_id: str, step: int | None) -> int | None:
     """The step a decision answers now: the latest the agents did. With `step` (a click on a message shown for
-    that step) it is refused when the session has moved on or someone already answered that message."""
+    that step) it is refused when the session has moved on or someone already answered that step."""
     answers = sessions.last_step_index(s, session_id=session_id)
     if step is None:
         return answers
@@ -98,7 +98,8 @@ def answered_step(s: Session, *, session_id: str, step: int | None) -> int | Non
         raise DecisionRejected(f"that message was for step {step} of session {session_id}, which has moved on "
                                f"(now at step {answers}); answer the latest message in the thread")
     earlier = sessions.decision_answering(s, session_id=session_id, step_index=step)
-    if earlier is not None:
+    # A change of hands answers nothing: the work waits where it was, for the other side's card.
+    if earlier is not None and (earlier.outputs or {}).get("action") not in HANDOVERS:
         out = earlier.outputs or {}
         raise DecisionRejected(f"that message was already answered ({out.get('action')} by <@{out.get('actor')}>)")
     return answers

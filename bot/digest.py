@@ -136,6 +136,15 @@ def period_start(s: Session, *, channel: str, until: float) -> float:
     return max(earlier) if earlier else until - DAY_SECONDS
 
 
+def last_scheduled_end(s: Session, *, channel: str) -> float | None:
+    """Where the channel's latest scheduled digest ended (None when it never had one)."""
+    runs = s.exec(select(DigestRun).where(DigestRun.channel == channel,
+                                          col(DigestRun.period).not_like(f"{MANUAL_PREFIX}%"))
+                  .order_by(col(DigestRun.id).desc()).limit(20)).all()
+    ends = [float((r.payload or {}).get("until") or 0.0) for r in runs]
+    return max(ends) if any(ends) else None
+
+
 def record_digest(engine: Engine, *, channel: str, period: str, since: float, until: float) -> bool:
     """Gather the period's digest and keep it as a pending DigestRun for the notifier to post. False when this
     (channel, period) was recorded already - by this process or another (the unique constraint decides)."""

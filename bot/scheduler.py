@@ -28,7 +28,7 @@ from sqlmodel import Session, col, select
 
 from agents.search import start_search
 from agents.search_decide import SearchConfig
-from bot.digest import period_start, record_digest
+from bot.digest import last_scheduled_end, period_start, record_digest
 from storage.models import Schedule
 from storage.settings import Settings
 from tpu_runner.tasks import load_task
@@ -159,6 +159,20 @@ def latest_fire(trigger: CronTrigger, at: datetime, lookback: timedelta = LOOKBA
     return latest
 
 
+def missed_fires(trigger: CronTrigger, *, now: datetime, last_end: float | None,
+                 grace: float = GRACE_SECONDS) -> list[datetime]:
+    """The scheduled times of the last `grace` seconds a new leader must still record: every one after the
+    channel's last recorded digest (a leader that died missed them all), or only the latest when the channel
+    never had a digest (a first start does not post a backlog)."""
+    fires: list[datetime] = []
+    fire = trigger.get_next_fire_time(None, now - timedelta(seconds=grace))
+    while fire is not None and fire <= now:
+        if last_end is None or fire.timestamp() > last_end:
+            fires.append(fire)
+        fire = trigger.get_next_fire_time(fire, fire)
+    return fires if last_end is not None else fires[-1:]
+
+
 def period_key(fire: datetime) -> str:
     """A digest's period: its scheduled time, in UTC, to the second (the same string in every process)."""
     return fire.astimezone(UTC).isoformat(timespec="seconds")
@@ -248,10 +262,20 @@ class KernelScheduler:
             log.error("scheduler: KERNELBOT_DIGEST_CRON %s; no digest will be posted until it is fixed", exc)
             return
         for channel in self.settings.digest_channels:
+            self._catch_up_digests(channel, trigger)
             self.scheduler.add_job(self._digest, trigger, args=(channel, trigger), id=f"digest:{channel}",
-                                   replace_existing=True, **self._catch_up(trigger, after=0.0))
+                                   replace_existing=True)
         log.info("scheduler: digests for %s at `%s` (%s)", ", ".join(self.settings.digest_channels),
                  self.settings.digest_cron, self.settings.timezone)
+
+    def _catch_up_digests(self, channel: str, trigger: CronTrigger) -> None:
+        try:
+            with Session(self.engine) as s:
+                last_end = last_scheduled_end(s, channel=channel)
+            for fire in missed_fires(trigger, now=datetime.now(UTC), last_end=last_end):
+                fire_digest(self.engine, channel=channel, fire=fire)
+        except Exception:  # noqa: BLE001 - the next fires still come; the log says what was not caught up
+            log.exception("scheduler: could not catch up on the digests of %s", channel)
 
     def _digest(self, channel: str, trigger: CronTrigger) -> None:
         fire = latest_fire(trigger, datetime.now(UTC))

@@ -42,8 +42,8 @@ def last_step_index(session: Session, *, session_id: str, work_only: bool = True
 
 
 def decision_answering(session: Session, *, session_id: str, step_index: int) -> Step | None:
-    """The person's decision that answered this step, if one did."""
-    for step in get_steps(session, session_id=session_id):
+    """The latest decision a person took on this step, if any."""
+    for step in reversed(get_steps(session, session_id=session_id)):
         if step.kind == "decision" and (step.outputs or {}).get("answers") == step_index:
             return step
     return None

@@ -27,6 +27,7 @@ from storage.settings import Settings, load_settings
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack, Message, fake_slack
 from tests.storage.conftest import fresh_database_url
 from tests.support import hitl_script
+from tests.support.reading import keys, text_of
 
 
 @pytest.fixture
@@ -50,8 +51,6 @@ def notifier(engine: Engine, slack: FakeSlack, pacer: ChannelPacer | None = None
     return Notifier(engine, SlackSender(client, pacer or ChannelPacer()), poll_seconds=0.05)
 
 
-def keys(messages: list[Message]) -> list[str]:
-    return [(m.metadata or {}).get("event_payload", {}).get("key", f"file:{m.files}") for m in messages]
 
 
 def thread_of(engine: Engine, slack: FakeSlack, session_id: str) -> list[Message]:
@@ -61,8 +60,6 @@ def thread_of(engine: Engine, slack: FakeSlack, session_id: str) -> list[Message
     return slack.thread(str(record.slack_channel), record.slack_thread_ts)
 
 
-def text_of(message: Message) -> str:
-    return json.dumps(message.blocks) + message.text
 
 
 def test_a_hitl_thread_shows_the_plan_then_the_kernel_the_progress_and_the_result(
@@ -232,3 +229,43 @@ def test_delivery_on_postgresql(kind: str, tmp_path: Path, slack: FakeSlack) -> 
         with Session(engine) as s:
             assert all(r.slack_thread_ts for r in s.exec(select(KernelSession)).all())
         engine.dispose()
+
+
+def test_a_compile_failure_is_fixed_without_asking_and_shown_as_it_happens(
+        engine: Engine, settings: Settings, slack: FakeSlack, tmp_path: Path) -> None:
+    from agents.auto import StageCallback
+    from tpu_runner.result import EvalError, EvalResult, failure
+
+    calls = {"n": 0}
+
+    def fails_first(path: Path, on_stage: StageCallback | None = None) -> EvalResult:
+        calls["n"] += 1
+        time.sleep(1.0)  # an evaluation takes a while: long enough for the thread to show each state
+        if calls["n"] > 1:
+            return hitl_script.replayed(path, on_stage)
+        for stage in ("static", "lower", "compile"):
+            if on_stage:
+                on_stage(stage)
+        return failure(task="softmax", target="v6e", host="cpu", stage="compile",
+                       error=EvalError("vmem_oom", "scoped VMEM: 40 MiB needed, 32 MiB allowed"))
+
+    sid = hitl_script.start(engine, channel="C1")
+    hitl = hitl_script.machine(engine, settings, tmp_path / "k")
+    hitl.evaluate = fails_first
+    hitl.run(sid)
+    decide(engine, session_id=sid, actor="U1", action="approve", via="button")
+    slack.burst = 100
+    n = notifier(engine, slack, ChannelPacer(per_second=1000.0, burst=1000))
+    thread = threading.Thread(target=n.run, daemon=True)
+    thread.start()  # delivering while the machine works, as serve does
+    hitl.run(sid)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not n.idle():
+        time.sleep(0.05)
+    n.close()
+    edits = [json.dumps(args.get("blocks")) for method, args in slack.calls if method == "chat.update"]
+    assert any("fixing vmem_oom error 1/3" in e for e in edits)
+    names = [slack.files[f]["name"] for m in thread_of(engine, slack, sid) for f in m.files]
+    assert sum(n.endswith(".py") for n in names) == 2 and sum(n.endswith(".diff") for n in names) == 1
+    card = thread_of(engine, slack, sid)[-1]
+    assert "Result: ok" in text_of(card)

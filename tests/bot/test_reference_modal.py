@@ -267,7 +267,8 @@ def test_a_good_reference_starts_a_hitl_session_that_runners_elsewhere_can_load(
     assert record.id in text and "`float32[256,512], 2.0` → `float32[256,512]`" in text
     with Session(open_database(served_app.settings)) as s:
         jobs = s.exec(select(Job).where(Job.session_id == record.id)).all()
-    assert [(j.kind, j.status, j.payload) for j in jobs] == [("hitl_advance", "queued", {"session_id": record.id})]
+    assert [(j.kind, j.status, j.payload) for j in jobs] == [
+        ("hitl_advance", "queued", {"session_id": record.id, "fails_session": True})]
     # The pasted task is a task like any other now.
     assert "Started HITL session" in command(served_app.url, "new scaled_tanh --brain offline")[1]["text"]
 

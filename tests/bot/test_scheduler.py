@@ -21,6 +21,7 @@ from bot.scheduler import (
     KernelScheduler,
     fire_schedule,
     latest_fire,
+    missed_fires,
     next_fires,
     parse_cron,
     period_key,
@@ -277,3 +278,14 @@ def test_a_bad_digest_cron_is_logged_and_the_schedules_still_run(tmp_path: Path,
         assert jobs == ["sync-schedules"]
         assert "KERNELBOT_DIGEST_CRON `0 25 * * *`: the hour field `25` is not valid" in caplog.text
         engine.dispose()
+
+
+def test_a_new_leader_records_every_period_the_dead_one_missed_but_a_first_start_no_backlog() -> None:
+    trigger = parse_cron("*/3 * * * * *", "UTC")
+    now = datetime(2026, 12, 1, 9, 0, 10, tzinfo=UTC)
+    last_end = datetime(2026, 12, 1, 9, 0, 0, tzinfo=UTC).timestamp()
+    assert [f.second for f in missed_fires(trigger, now=now, last_end=last_end)] == [3, 6, 9]
+    assert [f.second for f in missed_fires(trigger, now=now, last_end=None)] == [9]
+    assert missed_fires(trigger, now=now, last_end=now.timestamp()) == []
+    daily = parse_cron("0 9 * * *", "UTC")
+    assert missed_fires(daily, now=now, last_end=last_end - 86400) == [datetime(2026, 12, 1, 9, 0, tzinfo=UTC)]

@@ -19,6 +19,7 @@ from storage.database import open_database
 from storage.models import EventDelivery, SlackMessage
 from storage.settings import load_settings
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack, Message, fake_slack
+from tests.support.reading import keys
 from tests.support.slack_http import SECRET, free_port
 
 
@@ -32,8 +33,6 @@ def _serve(home: Path, fake: FakeSlack, log: Path) -> subprocess.Popen[bytes]:
                                 env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
-def _keys(messages: list[Message]) -> list[str]:
-    return [(m.metadata or {}).get("event_payload", {}).get("key", "?") for m in messages]
 
 
 @pytest.mark.slow
@@ -89,5 +88,5 @@ def test_serve_killed_between_posting_and_recording_posts_nothing_twice(tmp_path
     for session_id, order in expected.items():
         with Session(engine) as s:
             record = sessions.get_session(s, session_id=session_id)
-        assert _keys(fake.thread(str(record.slack_channel), str(record.slack_thread_ts))) == order
+        assert keys(fake.thread(str(record.slack_channel), str(record.slack_thread_ts))) == order
     assert sum(len(m) for m in fake.messages.values()) == sum(len(v) for v in expected.values())

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from slack_sdk import WebClient
@@ -27,26 +25,9 @@ from storage.models import Candidate, Decision, Job, KernelSession
 from storage.settings import Settings, load_settings
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack, Message, fake_slack
 from tests.support import hitl_script
+from tests.support.reading import buttons, text_of, wait_for
 from tests.support.slack_http import SECRET, click, event, served
 from tpu_runner.daemon import RunnerConfig, RunnerDaemon
-
-
-def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def buttons(message: Message) -> dict[str, str]:
-    return {e["action_id"]: e["value"] for b in message.blocks if b["type"] == "actions" for e in b["elements"]}
-
-
-def text_of(message: Message | None) -> str:
-    return json.dumps(message.blocks) + message.text if message else ""
 
 
 @dataclass
@@ -148,6 +129,12 @@ def test_returning_to_hitl_gives_the_result_card_back(bot: Bot) -> None:
     card = wait_for("the result card again", lambda: next((m for m in bot.thread(sid)
                                                           if list(buttons(m))[:1] == ["iterate"]), None))
     assert "Result: ok" in text_of(card)
+    click(bot.url, action_id="finish", value=buttons(card)["finish"], user="U1")
+    root = bot.thread(sid)[0]
+    wait_for("the finished root", lambda: "finished by <@U1>" in text_of(bot.slack.find("C1", root.ts)))
+    assert "Finished by <@U1>" in text_of(bot.slack.find("C1", card.ts))
+    with Session(bot.engine) as s:
+        assert s.get(KernelSession, sid).status == "done"
 
 
 def test_the_app_home_lists_recent_sessions_and_what_waits_for_this_person(bot: Bot) -> None:

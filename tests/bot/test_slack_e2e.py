@@ -5,11 +5,10 @@ unauthorised click, a stale button, and a cancel."""
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,25 +21,8 @@ from storage.database import open_database
 from storage.models import Decision, KernelSession
 from storage.settings import load_settings
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack, Message, fake_slack
+from tests.support.reading import buttons, text_of, wait_for
 from tests.support.slack_http import SECRET, click, command, event, free_port, submit_view, wait_for_port
-
-
-def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def text_of(message: Message) -> str:
-    return json.dumps(message.blocks) + message.text
-
-
-def buttons(message: Message) -> dict[str, str]:
-    return {e["action_id"]: e["value"] for b in message.blocks if b["type"] == "actions" for e in b["elements"]}
 
 
 class Team:
@@ -62,7 +44,7 @@ class Team:
         def find() -> Message | None:
             found = [m for m in self.thread(session_id)[after:] if list(buttons(m))[:1] == [first_button]]
             return found[-1] if found else None
-        return wait_for(f"a card with {first_button}", find)
+        return wait_for(f"a card with {first_button}", find, timeout=120)
 
     def root(self, session_id: str) -> Message:
         return self.thread(session_id)[0]
@@ -102,7 +84,7 @@ def test_a_hitl_session_from_slash_command_to_auto_summary(team: Team) -> None:
     first_plan = buttons(plan)  # (the fake edits its messages in place)
     root = team.root(sid)
     assert root.thread_ts is None and "*HITL session*" in text_of(root) and "started by <@U1>" in text_of(root)
-    wait_for("the input shapes on the root", lambda: "float32[" in text_of(team.slack.find("C1", root.ts)))
+    wait_for("the input shapes on the root", lambda: "float32[" in text_of(team.slack.find("C1", root.ts)), 120)
 
     # Someone who may not steer clicks Approve: told why, ephemerally; nothing changes.
     click(team.url, action_id="approve", value=buttons(plan)["approve"], user="U9")

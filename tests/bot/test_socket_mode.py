@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +30,7 @@ from tests.fakes.socket_mode import (
     fake_socket_mode,
     slash_command,
 )
+from tests.support.reading import wait_for
 
 
 @dataclass
@@ -49,15 +50,6 @@ def socket_settings(home: Path, slack: FakeSlack, app_token: str = APP_TOKEN) ->
                           "KERNELBOT_SLACK_API_URL": slack.base_url})
 
 
-def eventually(check: Callable[[], object], timeout: float = 5.0) -> object:
-    """The first truthy value of `check()` within `timeout`: for work a listener does after its ack."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"still false after {timeout} s: {check}")
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +89,7 @@ def test_a_click_on_a_gone_session_is_acked_then_answered_ephemerally(connected:
     envelope = connected.socket.send("interactive", block_actions(action_id="approve", value=value, user="U_CLICK",
                                                                   channel="C_CLICK", message_ts="1796000001.000001"))
     assert connected.socket.wait_ack(envelope) is None  # a button's ack carries nothing
-    told = eventually(lambda: [e for e in connected.slack.ephemeral if e.get("user") == "U_CLICK"])
+    told = wait_for("a listener's work", lambda: [e for e in connected.slack.ephemeral if e.get("user") == "U_CLICK"])
     assert isinstance(told, list) and len(told) == 1
     assert told[0]["channel"] == "C_CLICK" and "`nosuch` no longer exists" in told[0]["text"]
 
@@ -120,7 +112,7 @@ def test_an_event_no_listener_takes_is_left_unacked_as_slack_would_see_it(connec
     reaction = {"type": "reaction_added", "user": "U1", "reaction": "tada",
                 "item": {"type": "message", "channel": "C1", "ts": "1796000001.000001"}}
     envelope = connected.socket.send("events_api", event_callback(reaction))
-    eventually(lambda: envelope in connected.socket.unacked, timeout=ACK_SECONDS + 2)
+    wait_for("a listener's work", lambda: envelope in connected.socket.unacked, timeout=ACK_SECONDS + 2)
     assert envelope.ack is None
     with pytest.raises(AssertionError, match="not acked"):
         connected.socket.wait_ack(envelope, timeout=0.1)
@@ -177,7 +169,7 @@ def test_kernelbot_serve_answers_over_socket_mode_and_stops_on_sigterm(tmp_path:
         assert code == 0, err
         assert stopped_in < 10, f"took {stopped_in:.1f} s to stop"
         assert "serving Slack on Socket Mode" in out
-        eventually(lambda: socket.live() == [])  # the process took its connection with it
+        wait_for("a listener's work", lambda: socket.live() == [])  # the process took its connection with it
         assert socket.problems == []
 
 
