@@ -21,7 +21,8 @@ from tpu_runner.hardware import CHIPS, UnknownTarget
 from tpu_runner.tasks import TaskError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Agents that write and tune TPU kernels in JAX Pallas; this CLI evaluates them.")
+                  help="Agents that write and tune TPU kernels in JAX Pallas: the evaluator, the agents, the runner "
+                  "fleet and the Slack bot.")
 console = Console()
 err_console = Console(stderr=True)
 

@@ -269,3 +269,30 @@ def test_a_compile_failure_is_fixed_without_asking_and_shown_as_it_happens(
     assert sum(n.endswith(".py") for n in names) == 2 and sum(n.endswith(".diff") for n in names) == 1
     card = thread_of(engine, slack, sid)[-1]
     assert "Result: ok" in text_of(card)
+
+
+@pytest.mark.slow
+def test_a_search_thread_counts_its_evaluations_and_ends_with_the_best_kernel(
+        engine: Engine, settings: Settings, slack: FakeSlack) -> None:
+    from agents.local import run_until_settled
+    from agents.search import NODE_JOB, start_search
+    from agents.search_decide import SearchConfig
+    from tests.conftest import TASKS
+    from tpu_runner.tasks import load_task
+
+    with Session(engine) as s, s.begin():
+        sid = start_search(s, task=load_task(TASKS / "softmax"), target="v6e", config=SearchConfig(budget=2),
+                           seed_code=(TASKS / "softmax" / "solutions" / "pallas.py").read_text(), brain=None,
+                           owner="U1", slack_channel="C1")
+    assert run_until_settled(engine, settings, sid, kinds=(NODE_JOB,), workers=1) == "done"
+    assert notifier(engine, slack, ChannelPacer(per_second=1000.0, burst=1000)).drain(30)
+    thread = thread_of(engine, slack, sid)
+    assert "*SEARCH session*" in text_of(thread[0]) and "search finished" in text_of(thread[0])
+    progress = next(m for m in thread if keys([m]) == ["progress:search"])
+    assert "2/2 evaluations" in text_of(progress)
+    summary = thread[-1]
+    assert "Search finished" in text_of(summary) and "2 evaluation(s)" in text_of(summary)
+    names = [slack.files[f]["name"] for m in thread for f in m.files]
+    assert "best kernel x" in text_of(summary) and "(estimated)" in text_of(summary)  # the seed alone is x2
+    best = next(f for m in thread for f in m.files if slack.files[f]["name"].startswith("best_candidate_"))
+    assert b"pallas_call" in slack.files[best]["content"] and len(names) == 1
