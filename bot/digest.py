@@ -125,24 +125,24 @@ def gather_digest(s: Session, *, since: float, until: float) -> dict[str, Any]:
     }
 
 
-def period_start(s: Session, *, channel: str, until: float) -> float:
-    """Where the digest of `channel` closing at `until` starts: the end of the channel's previous scheduled
-    digest (a manual one does not cut the day short), or a day earlier when there is none."""
+def _scheduled_ends(s: Session, *, channel: str) -> list[float]:
+    """Where the channel's recent scheduled digests ended (a manual one does not count)."""
     runs = s.exec(select(DigestRun).where(DigestRun.channel == channel,
                                           col(DigestRun.period).not_like(f"{MANUAL_PREFIX}%"))
                   .order_by(col(DigestRun.id).desc()).limit(20)).all()
-    ends = [float((r.payload or {}).get("until") or 0.0) for r in runs]
-    earlier = [end for end in ends if 0.0 < end < until]
+    return [end for end in (float((r.payload or {}).get("until") or 0.0) for r in runs) if end > 0.0]
+
+
+def period_start(s: Session, *, channel: str, until: float) -> float:
+    """Where the digest of `channel` closing at `until` starts: the end of the channel's previous scheduled
+    digest (a manual one does not cut the day short), or a day earlier when there is none."""
+    earlier = [end for end in _scheduled_ends(s, channel=channel) if end < until]
     return max(earlier) if earlier else until - DAY_SECONDS
 
 
 def last_scheduled_end(s: Session, *, channel: str) -> float | None:
     """Where the channel's latest scheduled digest ended (None when it never had one)."""
-    runs = s.exec(select(DigestRun).where(DigestRun.channel == channel,
-                                          col(DigestRun.period).not_like(f"{MANUAL_PREFIX}%"))
-                  .order_by(col(DigestRun.id).desc()).limit(20)).all()
-    ends = [float((r.payload or {}).get("until") or 0.0) for r in runs]
-    return max(ends) if any(ends) else None
+    return max(_scheduled_ends(s, channel=channel), default=None)
 
 
 def record_digest(engine: Engine, *, channel: str, period: str, since: float, until: float) -> bool:
