@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import tempfile
@@ -99,14 +98,21 @@ def get_settings() -> Settings:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from bot import cli_agents, cli_eval, cli_queue, cli_search, cli_serve
+    from storage.logs import configure_logging
+
+    try:
+        configure_logging(load_settings())
+    except SettingsError:
+        configure_logging(None)  # the command itself says what is wrong with the settings
+    from bot import cli_agents, cli_config, cli_doctor, cli_eval, cli_queue, cli_search, cli_serve
 
     cli_eval.register(app)
     cli_agents.register(app)
     cli_search.register(app)
     cli_queue.register(app)
     cli_serve.register(app)
+    cli_doctor.register(app)
+    cli_config.register(app)
     app()
 
 

@@ -68,6 +68,7 @@ def runner_command(
 
         import agents.jobs  # noqa: F401  (registers the agent job kinds: auto_session, hitl_advance)
         from storage.database import open_database
+        from storage.logs import configure_logging
         from tpu_runner.daemon import RunnerConfig, RunnerDaemon, describe_hardware, install_signal_handlers
         from tpu_runner.evaluate import detect_host
         from tpu_runner.jobs import load_job_modules
@@ -77,7 +78,7 @@ def runner_command(
             os.environ.setdefault("JAX_PLATFORMS", "cpu")
         targets = tuple(get_chip(t).name for t in (target or list(CHIPS)))
         load_job_modules(settings.job_modules)
-        logging.getLogger("kernelbot").setLevel(logging.INFO)
+        configure_logging(settings, default_level="info")
         engine = open_database(settings)
         config = RunnerConfig(name=name or f"{socket.gethostname()}-{os.getpid()}", targets=targets,
                               concurrency=concurrency, kinds=tuple(kind or ()), lease_seconds=lease_seconds,

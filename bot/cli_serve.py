@@ -3,7 +3,6 @@ and with `--with-runner` a runner in the same process."""
 
 from __future__ import annotations
 
-import logging
 import signal
 import threading
 from pathlib import Path
@@ -40,9 +39,10 @@ def serve_command(
     def run() -> int:
         from bot.server import ServeOptions, Server
         from storage.database import open_database
+        from storage.logs import configure_logging
 
-        logging.getLogger("kernelbot").setLevel(logging.INFO)
         settings = get_settings()
+        configure_logging(settings, default_level="info")
         options = ServeOptions(http=http, host=host, port=port, with_runner=with_runner,
                                runner_concurrency=runner_concurrency, suites=tuple(suite or ()))
         server = Server(settings, open_database(settings), options, leader_services=_leader_services())

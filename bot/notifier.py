@@ -25,6 +25,7 @@ from sqlmodel import Session, col, select
 from bot.slack_sender import MAX_BACKOFF_SECONDS, SlackRejected, SlackSender, SlackUnavailable, content_hash
 from bot.thread import Op, Show, Upload, ops_for
 from bot.thread_view import event_view, load_session
+from storage.logs import log_context
 from storage.models import DigestRun, EventDelivery, KernelSession, SessionEvent, SlackMessage, now
 
 log = logging.getLogger("kernelbot.notifier")
@@ -162,7 +163,8 @@ class Notifier:
             for event in events:
                 by_session.setdefault(event.session_id, []).append(event)
             for session_id, session_events in by_session.items():
-                self._deliver_session(session_id, channel, session_events)
+                with log_context(session=session_id, channel=channel):
+                    self._deliver_session(session_id, channel, session_events)
             for kind, run in items:
                 if kind == "digest":
                     self._deliver_digest(run)

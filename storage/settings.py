@@ -1,19 +1,72 @@
-"""The one reader of the environment. Entry points build a Settings and hand it down."""
+"""The one reader of the environment (and of the optional configuration file). Entry points build a Settings
+and hand it down. `VARIABLES` is the reference of every setting: the README's configuration table is checked
+against it, and `kernelbot config` prints it with the values in force."""
 
 from __future__ import annotations
 
 import os
+import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import platformdirs
+
+TARGETS = ("v5e", "v6e", "v5p")  # the TPU generations tpu_runner.hardware knows (a test keeps them in step)
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    default: str  # as the reference states it
+    meaning: str
+    reader: str = "settings"  # settings (load_settings) | kb (the launcher) | anthropic (the SDK) | cli
+    secret: bool = False
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable("KERNELBOT_CONFIG", "`~/.config/kernelbot/config.toml` when it exists",
+             "a TOML file of these settings (`NAME = \"value\"` lines); the environment wins over it"),
+    Variable("KERNELBOT_HOME", "the platform's per-user data dir (`~/.local/share/kernelbot`)",
+             "all state: artifacts, caches, logs, pasted tasks, the SQLite database"),
+    Variable("KERNELBOT_TARGET", "`v6e`", "default TPU target: " + ", ".join(TARGETS)),
+    Variable("KERNELBOT_EVAL_WORKERS", "`2`", "parallel evaluations"),
+    Variable("KERNELBOT_EVAL_TIMEOUT", "`300`", "wall-clock seconds per evaluation"),
+    Variable("KERNELBOT_EVAL_MEMORY_MIB", "`8192`", "resident memory per evaluation"),
+    Variable("KERNELBOT_STATIC_PROFILE", "`fast`", "`fast` or `exact` libtpu static cycle profile"),
+    Variable("KERNELBOT_DATABASE_URL", "SQLite at `$KERNELBOT_HOME/kernelbot.db`",
+             "e.g. `postgresql://user@host/kernelbot` (psycopg 3)", secret=True),
+    Variable("KERNELBOT_JOB_MODULES", "none", "comma-separated modules with extra `@job_kind`s, imported by runners"),
+    Variable("ANTHROPIC_API_KEY", "none", "enables the anthropic brain", secret=True),
+    Variable("ANTHROPIC_BASE_URL", "Anthropic's own", "another Messages API base URL (a proxy; the tests' fake)",
+             reader="anthropic"),
+    Variable("KERNELBOT_MODEL", "newest active Opus listed by the API", "the model the anthropic brain uses"),
+    Variable("SLACK_BOT_TOKEN", "none", "the Slack app's bot token (`xoxb-`), for `serve`", secret=True),
+    Variable("SLACK_APP_TOKEN", "none", "the app-level token (`xapp-`) for Socket Mode (`serve` without `--http`)",
+             secret=True),
+    Variable("SLACK_SIGNING_SECRET", "none", "verifies Slack's HTTP requests (`serve --http`)", secret=True),
+    Variable("KERNELBOT_SLACK_API_URL", "Slack's own", "another Slack Web API base URL (the tests' fake)"),
+    Variable("KERNELBOT_STEERERS", "none (the owner only)",
+             "who else may steer sessions: `anyone`, or comma-separated user (`U...`) and user-group (`S...`) ids"),
+    Variable("KERNELBOT_SUITES", "none", "extra task suite directories, `:`-separated (`tasks/` is always there)"),
+    Variable("KERNELBOT_DIGEST_CHANNELS", "none", "comma-separated channel ids that get the digest"),
+    Variable("KERNELBOT_DIGEST_CRON", "`0 9 * * *`",
+             "when the digest goes out (crontab; a sixth, leading field is seconds)"),
+    Variable("KERNELBOT_TIMEZONE", "`UTC`", "the time zone of digests and schedules (IANA name)"),
+    Variable("KERNELBOT_LOG_LEVEL", "`info` for `serve` and `runner`, `warning` for the rest",
+             "`debug`, `info`, `warning` or `error`"),
+    Variable("KERNELBOT_LOG_FORMAT", "`text`", "`text` (one line an event) or `json` (one object a line)"),
+    Variable("KERNELBOT_DEBUG", "off", "`1` shows tracebacks instead of a one-line error and an id", reader="cli"),
+    Variable("KERNELBOT_PYTHON", "found automatically", "the Python `./kb` builds `.venv` with", reader="kb"),
+)
+KNOWN = {v.name for v in VARIABLES}
 
 
 class SettingsError(ValueError):
     """A setting has a value kernelbot cannot use; the message names the variable."""
 
 
-def _int(env: dict[str, str], name: str, default: int, minimum: int = 1) -> int:
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
@@ -26,7 +79,7 @@ def _int(env: dict[str, str], name: str, default: int, minimum: int = 1) -> int:
     return value
 
 
-def _choice(env: dict[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
+def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
     value = env.get(name) or default
     if value not in choices:
         raise SettingsError(f"{name}={value!r} must be one of {', '.join(choices)}")
@@ -67,6 +120,9 @@ class Settings:
     digest_channels: tuple[str, ...] = ()  # KERNELBOT_DIGEST_CHANNELS: where the daily digest goes
     digest_cron: str = "0 9 * * *"  # KERNELBOT_DIGEST_CRON: when (crontab; a sixth, leading field is seconds)
     timezone: str = "UTC"  # KERNELBOT_TIMEZONE: the digests' and schedules' time zone
+    log_level: str | None = None  # KERNELBOT_LOG_LEVEL; None: the entry point's own default
+    log_format: str = "text"  # KERNELBOT_LOG_FORMAT
+    config_file: Path | None = None  # the file the settings came from, besides the environment
 
     @property
     def database(self) -> str:
@@ -89,7 +145,7 @@ class Settings:
             path.mkdir(parents=True, exist_ok=True)
 
 
-def _timezone(env: dict[str, str]) -> str:
+def _timezone(env: Mapping[str, str]) -> str:
     import zoneinfo
 
     name = env.get("KERNELBOT_TIMEZONE") or "UTC"
@@ -101,7 +157,7 @@ def _timezone(env: dict[str, str]) -> str:
     return name
 
 
-def _cron(env: dict[str, str]) -> str:
+def _cron(env: Mapping[str, str]) -> str:
     value = (env.get("KERNELBOT_DIGEST_CRON") or "0 9 * * *").strip()
     if len(value.split()) not in (5, 6):
         raise SettingsError(f"KERNELBOT_DIGEST_CRON={value!r} must be a crontab line: minute hour day month "
@@ -109,12 +165,46 @@ def _cron(env: dict[str, str]) -> str:
     return value
 
 
-def _list(env: dict[str, str], name: str, sep: str = ",") -> tuple[str, ...]:
+def _list(env: Mapping[str, str], name: str, sep: str = ",") -> tuple[str, ...]:
     return tuple(part.strip() for part in env.get(name, "").split(sep) if part.strip())
 
 
-def load_settings(env: dict[str, str] | None = None) -> Settings:
-    env = dict(os.environ if env is None else env)
+def default_config_file() -> Path:
+    return Path(platformdirs.user_config_dir("kernelbot")) / "config.toml"
+
+
+def config_values(path: Path) -> dict[str, str]:
+    """NAME = value lines from a TOML file; an unknown name or a table is refused, naming the file and key."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise SettingsError(f"KERNELBOT_CONFIG={str(path)!r} cannot be read: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"{path} is not valid TOML: {exc}") from None
+    values: dict[str, str] = {}
+    for key, value in data.items():
+        if key not in KNOWN:
+            raise SettingsError(f"{path}: unknown setting {key!r}; `kernelbot config` lists the known ones")
+        if isinstance(value, dict | list):
+            raise SettingsError(f"{path}: {key} must be a single value (a string or a number)")
+        values[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    return values
+
+
+def _sources(env: Mapping[str, str], *, look_for_default_file: bool) -> tuple[dict[str, str], Path | None]:
+    """The values in force: the environment's (non-empty) over the configuration file's."""
+    named = env.get("KERNELBOT_CONFIG")
+    path = Path(named).expanduser() if named else default_config_file() if look_for_default_file else None
+    if path is not None and not named and not path.is_file():
+        path = None
+    merged = config_values(path) if path is not None else {}
+    merged.update({k: v for k, v in env.items() if v != ""})
+    return merged, path
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """Settings from `env` (the process environment when None, which also looks for the default config file)."""
+    env, config_file = _sources(os.environ if env is None else env, look_for_default_file=env is None)
     home = Path(env.get("KERNELBOT_HOME") or platformdirs.user_data_dir("kernelbot")).expanduser()
     limits = EvalLimits(
         wall_seconds=_int(env, "KERNELBOT_EVAL_TIMEOUT", EvalLimits.wall_seconds),
@@ -127,7 +217,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
     )
     return Settings(
         home=home,
-        default_target=env.get("KERNELBOT_TARGET", "v6e"),
+        default_target=_choice(env, "KERNELBOT_TARGET", "v6e", TARGETS),
         eval_workers=_int(env, "KERNELBOT_EVAL_WORKERS", 2),
         static_profile=_choice(env, "KERNELBOT_STATIC_PROFILE", "fast", ("fast", "exact")),
         limits=limits,
@@ -144,4 +234,8 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         digest_channels=_list(env, "KERNELBOT_DIGEST_CHANNELS"),
         digest_cron=_cron(env),
         timezone=_timezone(env),
+        log_level=_choice({"KERNELBOT_LOG_LEVEL": env.get("KERNELBOT_LOG_LEVEL", "").lower()}, "KERNELBOT_LOG_LEVEL",
+                          "", ("debug", "info", "warning", "error", "")) or None,
+        log_format=_choice(env, "KERNELBOT_LOG_FORMAT", "text", ("text", "json")),
+        config_file=config_file,
     )

@@ -19,6 +19,7 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 
 from storage import queue
+from storage.logs import log_context
 from storage.models import SessionEvent
 from storage.runners import deregister_runner, heartbeat_runner, register_runner
 from storage.sessions import set_session_status
@@ -151,7 +152,8 @@ class RunnerDaemon:
 
     def _run_job(self, lease: queue.Lease, spares: SparePool) -> None:
         try:
-            self._run_handler(lease, spares)
+            with log_context(job=lease.job_id, kind=lease.kind, session=lease.session_id):
+                self._run_handler(lease, spares)
         finally:
             self.wake.set()  # a slot is free: claim the next job now rather than at the next poll
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import platformdirs
 import pytest
 
-from storage.settings import EvalLimits, SettingsError, load_settings
+from storage.settings import TARGETS, VARIABLES, EvalLimits, SettingsError, load_settings
 
 
 def test_defaults():
@@ -80,3 +80,62 @@ def test_memory_limit_has_a_floor():
 
 def test_settings_error_is_a_value_error():
     assert issubclass(SettingsError, ValueError)
+
+
+def test_the_reference_lists_exactly_what_load_settings_reads():
+    import inspect
+    import re
+
+    from storage import settings as module
+
+    readers = [module.load_settings, module._sources, module._timezone, module._cron]
+    source = "\n".join(inspect.getsource(f) for f in readers)
+    read = set(re.findall(r'"((?:KERNELBOT|SLACK|ANTHROPIC)_[A-Z_]+)"', source))
+    assert read == {v.name for v in VARIABLES if v.reader == "settings"}
+
+
+def test_the_readme_table_is_the_reference():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1:4] for line in section.splitlines() if line.startswith("| `")]
+    documented = {name.strip().strip("`"): (default.strip(), meaning.strip()) for name, default, meaning in rows}
+    assert documented == {v.name: (v.default, v.meaning) for v in VARIABLES}
+
+
+def test_the_targets_are_the_chips_the_runner_knows():
+    from tpu_runner.hardware import CHIPS
+
+    assert tuple(CHIPS) == TARGETS
+
+
+def test_a_config_file_sets_defaults_and_the_environment_wins(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text('KERNELBOT_TARGET = "v5e"\nKERNELBOT_EVAL_WORKERS = 4\nSLACK_BOT_TOKEN = "xoxb-1"\n')
+    settings = load_settings({"KERNELBOT_CONFIG": str(config), "KERNELBOT_EVAL_WORKERS": "8"})
+    assert (settings.default_target, settings.eval_workers, settings.slack_bot_token) == ("v5e", 8, "xoxb-1")
+    assert settings.config_file == config
+
+
+def test_bad_config_files_name_the_file_and_the_key(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text('KERNELBOT_TARGT = "v5e"\n')
+    with pytest.raises(SettingsError, match="unknown setting 'KERNELBOT_TARGT'"):
+        load_settings({"KERNELBOT_CONFIG": str(config)})
+    config.write_text("KERNELBOT_TARGET = \n")
+    with pytest.raises(SettingsError, match="not valid TOML"):
+        load_settings({"KERNELBOT_CONFIG": str(config)})
+    with pytest.raises(SettingsError, match="cannot be read"):
+        load_settings({"KERNELBOT_CONFIG": str(tmp_path / "missing.toml")})
+    config.write_text('KERNELBOT_TARGET = "v9"\n')
+    with pytest.raises(SettingsError, match="KERNELBOT_TARGET='v9' must be one of v5e, v6e, v5p"):
+        load_settings({"KERNELBOT_CONFIG": str(config)})
+
+
+def test_wrong_values_name_the_setting():
+    for env, message in [({"KERNELBOT_LOG_LEVEL": "loud"}, "KERNELBOT_LOG_LEVEL"),
+                         ({"KERNELBOT_LOG_FORMAT": "xml"}, "KERNELBOT_LOG_FORMAT"),
+                         ({"KERNELBOT_TIMEZONE": "Mars/Base"}, "KERNELBOT_TIMEZONE"),
+                         ({"KERNELBOT_DIGEST_CRON": "daily"}, "KERNELBOT_DIGEST_CRON")]:
+        with pytest.raises(SettingsError, match=message):
+            load_settings(env)
+    assert load_settings({"KERNELBOT_LOG_LEVEL": "DEBUG"}).log_level == "debug"
