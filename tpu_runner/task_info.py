@@ -29,7 +29,7 @@ class TaskInfo:
     intensity: float
 
 
-def _prepare_libtpu_env(chip: ChipSpec) -> None:
+def prepare_libtpu_env(chip: ChipSpec) -> None:
     # Only effective before libtpu starts; keeps its start-up quiet and offline on a host without a TPU.
     for key, value in {"TPU_SKIP_MDS_QUERY": "1", "TPU_ACCELERATOR_TYPE": f"{chip.name}-1",
                        "TPU_WORKER_HOSTNAMES": "localhost", "TPU_WORKER_ID": "0",
@@ -43,7 +43,7 @@ def task_info(task: Task, chip: ChipSpec, cache_dir: Path) -> TaskInfo:
     path = cache_dir / "taskinfo" / f"{task.task_id}-{task.digest}-{chip.name}-jax{jax.__version__}-v2.json"
     if path.is_file():
         return TaskInfo(**json.loads(path.read_text()))
-    _prepare_libtpu_env(chip)
+    prepare_libtpu_env(chip)
     from tpu_runner.compile import target_sharding, trace
     from tpu_runner.tasks import import_reference
 

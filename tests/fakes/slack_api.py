@@ -58,6 +58,9 @@ class FakeSlack:
     rate_limited: int = 0  # 429s answered
     usergroups: dict[str, list[str]] = field(default_factory=dict)  # group id -> member user ids
     archived: set[str] = field(default_factory=set)  # channels that refuse posts (is_archived)
+    # What auth.test reports in x-oauth-scopes, as Slack does (None: no such header).
+    scopes: tuple[str, ...] | None = ("commands", "chat:write", "files:write", "channels:history", "groups:history",
+                                      "users:read", "usergroups:read")
     socket_url: str = ""  # what apps.connections.open hands out (the Socket Mode fake's address)
     after_post: Callable[[Message], None] | None = None  # runs once a message is stored, before the answer
     _stamps: dict[str, list[float]] = field(default_factory=dict)
@@ -109,8 +112,9 @@ class FakeSlack:
             return handler(args)
 
     def m_auth_test(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        headers = {"x-oauth-scopes": ",".join(self.scopes)} if self.scopes is not None else {}
         return 200, {"ok": True, "url": "https://kernelbot-test.slack.com/", "team": "test", "user": "kernelbot",
-                     "team_id": TEAM, "user_id": BOT_USER, "bot_id": "B0001"}, {}
+                     "team_id": TEAM, "user_id": BOT_USER, "bot_id": "B0001"}, headers
 
     def m_chat_postMessage(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:  # noqa: N802
         channel = str(args.get("channel") or "")
