@@ -8,6 +8,7 @@ so a click answers exactly the step it was shown for.
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
@@ -45,6 +46,12 @@ def split_text(text: str, limit: int = SECTION_LIMIT) -> list[str]:
     if current or not pieces:
         pieces.append(current)
     return [p.rstrip("\n") or " " for p in pieces]
+
+
+def mrkdwn(markdown: str) -> str:
+    """Markdown as Slack shows it: headings and **bold** become *bold* (Slack prints `##` as it is)."""
+    text = re.sub(r"^#{1,6}\s+(.+?)\s*#*$", r"*\1*", markdown, flags=re.MULTILINE)
+    return re.sub(r"\*\*(\S(?:.*?\S)?)\*\*", r"*\1*", text)
 
 
 def _section(text: str) -> list[Block]:
@@ -126,7 +133,7 @@ def session_root(*, session_id: str, task: str, target: str, mode: str, owner: s
 # -- HITL cards -----------------------------------------------------------------------------------------------
 def plan_message(*, session_id: str, step: int, plan: str, redirect: str | None = None) -> Payload:
     heading = "*Plan*" + (f" (redirected: “{redirect.strip()[:300]}”)" if redirect else "")
-    blocks = _section(f"{heading}\n{plan}")
+    blocks = _section(f"{heading}\n{mrkdwn(plan)}")
     blocks.append(_actions(f"plan-{session_id}-{step}", session_id, step, [
         ("Approve", "approve", "primary"), ("Redirect…", "redirect", None), ("Hand off to Auto", "handoff", None),
         ("Cancel", "cancel", "danger")]))

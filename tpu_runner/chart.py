@@ -7,13 +7,13 @@ from typing import Any
 
 
 def render_profile_chart(profile: dict[str, Any], path: Path, *, title: str) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # The Figure API, not pyplot: charts are drawn from several threads at once (evaluations, the notifier).
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import EngFormatter
 
     ref, cand, roof = profile["reference"], profile["candidate"], profile["roofline"]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [1.2, 1]})
+    fig = Figure(figsize=(11, 4))
+    left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.2, 1]})
     labels = ["reference (XLA)", "candidate"]
     if profile["method"] == "estimated":
         compute = [ref["compute_seconds"] * 1e3, cand["compute_seconds"] * 1e3]
@@ -36,6 +36,7 @@ def render_profile_chart(profile: dict[str, Any], path: Path, *, title: str) -> 
         names = [name[:28] for name, _ in ops][::-1]
         right.barh(names, [c for _, c in ops][::-1], color="#8172B3")
         right.set_xlabel("static cycles")
+        right.xaxis.set_major_formatter(EngFormatter())  # 40 k, not 40000 running into its neighbours
         right.set_title("candidate: where the cycles go")
     else:
         kernels = profile.get("kernels", [])
@@ -47,5 +48,4 @@ def render_profile_chart(profile: dict[str, Any], path: Path, *, title: str) -> 
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
