@@ -50,3 +50,16 @@ def doctor_command(
         return exit_code(checks)
 
     run_command(run)
+
+
+@_app.command("healthcheck", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def healthcheck_command(ctx: typer.Context) -> None:
+    """The container health check: exit 0 when the process the command line starts is healthy (serve --http:
+    /healthz; runner: database at the schema head and a recent heartbeat; serve: the database), else 1 with
+    one line saying why. Without arguments it reads PID 1's command line (inside the image)."""
+    from bot.healthcheck import assess, pid1_command_line
+
+    args = list(ctx.args) or pid1_command_line()
+    healthy, why = assess(args, get_settings())
+    print(("healthy: " if healthy else "unhealthy: ") + why)
+    raise typer.Exit(0 if healthy else 1)

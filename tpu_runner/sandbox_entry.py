@@ -20,11 +20,39 @@ def apply_limits(limits: dict[str, int]) -> list[str]:
     resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu_seconds"], limits["cpu_seconds"] + 5))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_bytes"], limits["file_bytes"]))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    try:
-        os.unshare(os.CLONE_NEWNET)  # a namespace with no interfaces but a down loopback: no network
-    except (AttributeError, OSError) as exc:
-        notes.append(f"network isolation unavailable here ({exc}); imports of network modules are still refused")
+    problem = isolate_network()
+    if problem:
+        notes.append(f"network isolation unavailable here ({problem}); imports of network modules are still refused")
     return notes
+
+
+def isolate_network() -> str | None:
+    """Enter a network namespace with no interfaces but a down loopback: no network. Root may do so directly; any
+    other user (a container's, a systemd unit's) first enters a user namespace of its own, mapped to itself, in
+    which it may. Returns why it could not, or None."""
+    try:
+        os.unshare(os.CLONE_NEWNET)
+        return None
+    except AttributeError as exc:
+        return str(exc)
+    except PermissionError:
+        pass
+    except OSError as exc:
+        return str(exc)
+    uid, gid = os.getuid(), os.getgid()
+    try:
+        os.unshare(os.CLONE_NEWUSER | os.CLONE_NEWNET)
+    except OSError as exc:
+        return f"{exc} (unprivileged user namespaces may be disabled: sysctl kernel.unprivileged_userns_clone)"
+    # Keep the same ids inside, so getuid() and file owners look as they did (setgroups must be denied first).
+    # Best effort: unmapped, the ids read as the overflow id, and the network is gone all the same.
+    try:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+    except OSError:
+        pass
+    return None
 
 
 def main() -> None:

@@ -45,6 +45,40 @@ def test_child_gets_no_secrets_and_no_network(tmp_path: Path, monkeypatch: pytes
     assert os.environ["SLACK_BOT_TOKEN"] == "s3cr3t"  # the parent keeps its own
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
+def test_a_child_of_an_unprivileged_user_has_no_network_either() -> None:
+    """A container's or a systemd unit's user may not enter a network namespace directly: the entry goes
+    through a user namespace of its own, and the child still cannot reach the database beside it."""
+    import socket
+
+    from tpu_runner.sandbox_entry import isolate_network
+
+    "127.0.0.1".encode("idna")  # loaded now: the child, as nobody, cannot read this root-owned Python's files
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: become nobody, isolate, try the database, report, leave without cleanup
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            problem = isolate_network()
+            try:
+                socket.create_connection(("127.0.0.1", 5432), timeout=3).close()
+                network = "connected"
+            except OSError as exc:
+                network = f"refused: {exc}"
+            os.write(write, json.dumps({"problem": problem, "network": network}).encode())
+        except BaseException as exc:  # say what went wrong instead of an empty pipe
+            os.write(write, json.dumps({"problem": f"{type(exc).__name__}: {exc}", "network": "?"}).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        seen = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+    assert seen["problem"] is None, seen
+    assert seen["network"].startswith("refused"), seen
+
+
 def test_wall_clock_limit_stops_a_sleeper(tmp_path: Path) -> None:
     workdir = tmp_path / "work"
     script = _script(tmp_path, "import time\nopen('stage', 'w').write('correctness')\ntime.sleep(60)\n")
