@@ -69,7 +69,7 @@ def runner_command(
         import agents.jobs  # noqa: F401  (registers the agent job kinds: auto_session, hitl_advance)
         from storage.database import open_database
         from storage.logs import configure_logging
-        from tpu_runner.daemon import RunnerConfig, RunnerDaemon, describe_hardware, install_signal_handlers
+        from tpu_runner.daemon import RunnerConfig, RunnerDaemon, describe_host, install_signal_handlers
         from tpu_runner.evaluate import detect_host
         from tpu_runner.jobs import load_job_modules
 
@@ -83,7 +83,7 @@ def runner_command(
         config = RunnerConfig(name=name or f"{socket.gethostname()}-{os.getpid()}", targets=targets,
                               concurrency=concurrency, kinds=tuple(kind or ()), lease_seconds=lease_seconds,
                               exit_when_idle=exit_when_idle, grace_seconds=grace_seconds)
-        daemon = RunnerDaemon(engine=engine, settings=settings, config=config, hardware=describe_hardware())
+        daemon = RunnerDaemon(engine=engine, settings=settings, config=config, hardware=describe_host())
         install_signal_handlers(daemon)
         code = daemon.run()
         if daemon.abandoned:

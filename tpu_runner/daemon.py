@@ -216,22 +216,16 @@ class RunnerDaemon:
                  killed)
 
 
-def describe_hardware() -> dict[str, Any]:
-    """What jax.devices() shows on this host, and its size."""
-    import jax
-
-    devices = jax.devices()
-    return {"platform": devices[0].platform if devices else None,
-            "devices": [{"id": d.id, "kind": d.device_kind} for d in devices],
-            "cpus": os.cpu_count(), "host": socket.gethostname()}
-
-
 def describe_host() -> dict[str, Any]:
-    """The host without initialising a JAX backend here (evaluations happen in sandboxed children): for runners
-    embedded in another process."""
+    """The host, read from its device files without initialising a JAX backend: a TPU chip is opened by one
+    process at a time, and the runner's sandboxed children are the ones that must run on it."""
+    from pathlib import Path
+
     from tpu_runner.evaluate import detect_host
 
-    return {"platform": detect_host(), "cpus": os.cpu_count(), "host": socket.gethostname()}
+    dev = Path("/dev")
+    chips = len(list(dev.glob("accel[0-9]*"))) or len(list((dev / "vfio").glob("[0-9]*"))) if dev.is_dir() else 0
+    return {"platform": detect_host(), "tpu_chips": chips, "cpus": os.cpu_count(), "host": socket.gethostname()}
 
 
 def install_signal_handlers(daemon: RunnerDaemon) -> None:
