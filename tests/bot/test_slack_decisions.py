@@ -132,7 +132,7 @@ def test_returning_to_hitl_gives_the_result_card_back(bot: Bot) -> None:
     click(bot.url, action_id="finish", value=buttons(card)["finish"], user="U1")
     root = bot.thread(sid)[0]
     wait_for("the finished root", lambda: "finished by <@U1>" in text_of(bot.slack.find("C1", root.ts)))
-    assert "Finished by <@U1>" in text_of(bot.slack.find("C1", card.ts))
+    wait_for("Finished by <@U1>", lambda: "Finished by <@U1>" in text_of(bot.slack.find("C1", card.ts)))
     with Session(bot.engine) as s:
         assert s.get(KernelSession, sid).status == "done"
 

@@ -138,7 +138,7 @@ def test_a_hitl_session_from_slash_command_to_auto_summary(team: Team) -> None:
     card = text_of(result)
     assert "Result: ok" in card and "(estimated)" in card and "of what the chip allows" in card
     assert "bound" in card and "correctness: passed" in card
-    assert "Approved by <@U1>" in text_of(team.slack.find("C1", plan3.ts))
+    wait_for("Approved by <@U1>", lambda: "Approved by <@U1>" in text_of(team.slack.find("C1", plan3.ts)))
 
     # Iterate: a new plan, and once approved the next kernel with its diff against the first.
     click(team.url, action_id="iterate", value=buttons(result)["iterate"])
@@ -155,10 +155,12 @@ def test_a_hitl_session_from_slash_command_to_auto_summary(team: Team) -> None:
         (m for m in team.thread(sid) if "Auto finished" in text_of(m) and buttons(m)), None), timeout=180)
     assert set(buttons(summary)) <= {"adopt", "search", "handback"} and "handback" in buttons(summary)
     auto = [m for m in team.thread(sid) if (m.metadata or {}).get("event_payload", {}).get("key") == "auto"]
-    assert len(auto) == 1 and auto[0].edits >= 2 and "finished" in text_of(team.slack.find("C1", auto[0].ts))
+    assert len(auto) == 1 and auto[0].edits >= 2
     assert "stopped: iterations" in text_of(summary)
-    assert "Handed off to Auto by <@U1>" in text_of(team.slack.find("C1", result.ts))
-    assert "Auto finished" in text_of(team.slack.find("C1", root.ts))
+    # Edits come at the end of the notifier's batch, just after the summary's post.
+    wait_for("Auto's progress message finished", lambda: "finished" in text_of(team.slack.find("C1", auto[0].ts)))
+    wait_for("the root saying so", lambda: "Auto finished" in text_of(team.slack.find("C1", root.ts)))
+    wait_for("the answered result", lambda: "Handed off to Auto by <@U1>" in text_of(team.slack.find("C1", result.ts)))
     with Session(team.server.engine) as s:
         decisions = s.exec(select(Decision).where(Decision.session_id == sid).order_by(col(Decision.id))).all()
         assert [d.action for d in decisions] == ["redirect", "redirect", "approve", "iterate", "approve", "handoff"]
@@ -173,4 +175,4 @@ def test_cancel_from_the_plan_card(team: Team) -> None:
     click(team.url, action_id="cancel", value=buttons(plan)["cancel"])
     wait_for("the cancelled root", lambda: "cancelled by <@U1>" in text_of(team.slack.find("C1", team.root(sid).ts)))
     assert team.session(sid).status == "cancelled"
-    assert "Cancelled by <@U1>" in text_of(team.slack.find("C1", plan.ts))
+    wait_for("Cancelled by <@U1>", lambda: "Cancelled by <@U1>" in text_of(team.slack.find("C1", plan.ts)))

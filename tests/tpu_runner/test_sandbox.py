@@ -46,6 +46,8 @@ def test_child_gets_no_secrets_and_no_network(tmp_path: Path, monkeypatch: pytes
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
+# The forked child only calls os, socket and json and leaves with os._exit: no lock of another thread is needed.
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning", "ignore:This process:DeprecationWarning")
 def test_a_child_of_an_unprivileged_user_has_no_network_either() -> None:
     """A container's or a systemd unit's user may not enter a network namespace directly: the entry goes
     through a user namespace of its own, and the child still cannot reach the database beside it."""
