@@ -39,7 +39,7 @@ _UNARY = {
     "tanh": "jnp.tanh({0})", "logistic": "(1.0 / (1.0 + jnp.exp(-{0})))", "sqrt": "jnp.sqrt({0})",
     "rsqrt": "lax.rsqrt({0})", "abs": "jnp.abs({0})", "neg": "(-{0})", "sign": "jnp.sign({0})",
     "floor": "jnp.floor({0})", "ceil": "jnp.ceil({0})", "round": "jnp.round({0})", "sin": "jnp.sin({0})",
-    "cos": "jnp.cos({0})", "erf": "lax.erf({0})", "square": "({0} * {0})", "not": "jnp.logical_not({0})",
+    "cos": "jnp.cos({0})", "erf": "lax.erf({0})", "erfc": "(1.0 - lax.erf({0}))", "square": "({0} * {0})", "not": "jnp.logical_not({0})",
     "is_finite": "jnp.isfinite({0})", "exp2": "jnp.exp2({0})", "tan": "jnp.tan({0})",
     "stop_gradient": "{0}", "copy": "{0}", "copy_p": "{0}", "reduce_precision": "{0}",
     "optimization_barrier": "{0}",
