@@ -143,6 +143,8 @@ class Port:
         if not leaves or not all(isinstance(x, torch.Tensor) for x in leaves):
             raise PortFailed("bad_outputs", "forward must return a tensor or a tuple of tensors")
         self.tuple_output = isinstance(out, tuple | list)
+        # PyTorch's own dtypes: the arrays below hold bf16 outputs as f32, and tolerances go by the real dtype.
+        self.output_dtypes = [str(x.dtype).removeprefix("torch.") for x in leaves]
         return [x.detach().float().numpy() if x.dtype == torch.bfloat16 else x.detach().numpy() for x in leaves]
 
     # -- the JAX side -------------------------------------------------------------------------------------------
@@ -159,7 +161,7 @@ class Port:
         from tpu_runner.port_emit import identifier
 
         self.stage("tracing the module with torchax")
-        states, fn = torchax.extract_jax(model)
+        states, fn = torchax.extract_jax(model, port_environment())
         weight_keys = list(states)
         forward_names = [p for p in inspect.signature(model.forward).parameters][:len(tensors)]
         taken: set[str] = set()
@@ -245,7 +247,7 @@ class Port:
         namespace: dict[str, Any] = {}
         exec(compile(source, "<written reference>", "exec"), namespace)
         got = jax.jit(namespace["computation"])(*values)
-        return compare(got if self.tuple_output else [got], expected, "the written reference")
+        return compare(got if self.tuple_output else [got], expected, self.output_dtypes, "the written reference")
 
     # -- the two modes ------------------------------------------------------------------------------------------
     def port(self) -> dict[str, Any]:
@@ -256,16 +258,16 @@ class Port:
 
         self.stage("running the module through torchax")
         direct = jax.jit(flat)(*values)
-        oracle_err = compare(direct, expected, "torchax's program")
+        oracle_err = compare(direct, expected, self.output_dtypes, "torchax's program")
         source = self.reference_source(closed, args)
         written_err = self.check_written(source, values, expected)
-        dtypes = sorted({str(np.asarray(e).dtype) for e in expected})
-        tolerance = max(_TASK_TOLERANCE.get(d, 1e-3) for d in dtypes)
+        tolerance = max(_TASK_TOLERANCE.get(d, 1e-3) for d in self.output_dtypes)
         yaml_text = task_yaml(self.request["name"], Path(self.request.get("display_name") or self.source_path).name,
                               tolerance, written_err, [a.describe() for a in args])
         return {"ok": True, "files": {"reference.py": source, "kernel_task.yaml": yaml_text},
                 "signature": [a.describe() for a in args],
-                "outputs": [f"{e.dtype}[{','.join(map(str, e.shape))}]" for e in expected],
+                "outputs": [f"{d}[{','.join(map(str, e.shape))}]" for d, e in zip(self.output_dtypes, expected,
+                                                                                    strict=True)],
                 "max_abs_err": {"torchax": oracle_err, "reference": written_err}}
 
     def oracle(self) -> dict[str, Any]:
@@ -293,26 +295,49 @@ class Port:
                              f"{type(exc).__name__}: {str(exc).splitlines()[0][:500] if str(exc) else ''}") from exc
         leaves = list(got) if isinstance(got, tuple | list) else [got]
         try:
-            err = compare(leaves, expected, "the JAX reference")
+            err = compare(leaves, expected, self.output_dtypes, "the JAX reference")
         except PortFailed as mismatch:
             return {"ok": False, "error": {"kind": mismatch.kind, "message": mismatch.message, "line": None},
                     "signature": [a.describe() for a in args]}
         return {"ok": True, "max_abs_err": err, "signature": [a.describe() for a in args]}
 
 
-def compare(got: Any, expected: list[np.ndarray], who: str) -> float:
-    """The largest absolute difference of `got` from PyTorch's outputs; PortFailed when outside the dtype's
-    tolerance, naming the output and where."""
-    got = [np.asarray(np.asarray(g).astype(np.float64)) for g in (list(got) if isinstance(got, tuple | list)
-                                                                   else [got])]
-    if len(got) != len(expected):
-        raise PortFailed("mismatch", f"{who} returns {len(got)} outputs; PyTorch returns {len(expected)}")
+def port_environment() -> Any:
+    """torchax's environment, except that every tensor forward creates (`torch.ones(t, t)` for a causal mask,
+    `torch.arange(n)`, `torch.tensor([...])`) is made as a JAX array. torchax makes the ones created without a
+    device CPU tensors, and the first op that mixes one with a traced value fails ("mixed math between XLATensor
+    and torch.Tensor"). The module ran on the CPU in PyTorch, so that is the device it meant; and torchax
+    consults this only for factory calls made while forward is traced (its own `enabled` flag is not a guide:
+    a nested `with env:` inside an op resets it)."""
+    from torchax.tensor import Environment
+
+    if not callable(getattr(Environment, "_should_use_torchax_tensor", None)):  # the hook of torchax 0.0.13
+        return Environment()
+
+    class PortEnvironment(Environment):
+        def _should_use_torchax_tensor(self, device: Any) -> bool:
+            return True
+
+    return PortEnvironment()
+
+
+def compare(got: Any, expected: list[np.ndarray], dtypes: list[str], who: str) -> float:
+    """The largest absolute difference of `got` from PyTorch's outputs (`expected`, whose PyTorch dtypes are
+    `dtypes`); PortFailed when a floating output comes in another dtype or lies outside its dtype's tolerance,
+    naming the output and where."""
+    leaves = list(got) if isinstance(got, tuple | list) else [got]
+    if len(leaves) != len(expected):
+        raise PortFailed("mismatch", f"{who} returns {len(leaves)} outputs; PyTorch returns {len(expected)}")
     worst = 0.0
-    for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+    for i, (leaf, e, dtype) in enumerate(zip(leaves, expected, dtypes, strict=True)):
+        leaf_dtype = str(np.asarray(leaf).dtype)
+        if dtype in _FLOAT_TOLERANCE and leaf_dtype != dtype:
+            raise PortFailed("mismatch", f"{who}'s output {i} is {leaf_dtype}; PyTorch's is {dtype}")
+        g = np.asarray(leaf).astype(np.float64)
         if g.shape != e.shape:
             raise PortFailed("mismatch", f"{who}'s output {i} has shape {g.shape}; PyTorch's has {e.shape}")
         e64 = e.astype(np.float64)
-        tol = _FLOAT_TOLERANCE.get(str(e.dtype), 0.0)
+        tol = _FLOAT_TOLERANCE.get(dtype, 0.0)
         diff = np.abs(g - e64)
         allowed = tol + tol * np.abs(e64)
         if diff.size and (np.isnan(g) != np.isnan(e64)).any():

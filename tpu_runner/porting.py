@@ -23,7 +23,8 @@ from tpu_runner.tasks import TaskError
 
 PORT_SECONDS = 300
 PORT_MEMORY_MIB = 8192
-EXTRA = "pip install 'kernelbot[port]'  (torch and torchax; ./kb and the dev install include it)"
+EXTRA = ("install the port extra (torch and torchax, ~4 GB): `pip install -e '.[port]'` in a checkout, or "
+         "`pip install 'kernelbot[port]'`; `./kb port` and `./kb test` install it themselves")
 
 
 class PortUnavailable(RuntimeError):

@@ -115,7 +115,8 @@ def rowwise_source(spec: Rowwise, params: dict[str, Any]) -> str:
     prepared = "\n".join(f"    x{o.index} = {pads[o.kind].format(x=shaped[o.kind].format(i=o.index))}"
                          for o in spec.operands)
     in_specs = ", ".join(specs[o.kind] for o in spec.operands)
-    reshape_back = "main" if spec.out_kind == FULL else "main[:-1]"
+    keeps_dims = len(spec.output.shape) == len(spec.main)  # sum(..., keepdims=True): one value per row, kept 2-D
+    reshape_back = "main" if spec.out_kind == FULL else "main[:-1] + (1,)" if keeps_dims else "main[:-1]"
     cols_choice = "cols" if spec.reduces else "_block(cols, BLOCK_COLS, 128)"
     space = rowwise_space(spec)
     return (_header("a row-wise kernel", spec) + _tunable(space, params) + "\n" + _HELPERS + f'''

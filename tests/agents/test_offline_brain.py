@@ -161,3 +161,20 @@ def test_the_epilogue_fusion_and_accumulation_are_parameters_a_person_can_redire
     code = subagents.implement(brain, ctx, plan)
     assert tunable.current(code)["FUSE_EPILOGUE"] is False
     assert "GFLOP" in plan.sections["analysis"] and "compute-bound" in plan.sections["analysis"]
+
+
+def test_a_row_reduction_that_keeps_its_dimension_gets_the_reference_s_shape(tmp_path: Path, settings: Settings
+                                                                             ) -> None:
+    """sum(..., keepdims=True), as torch.sum(x, dim=-1, keepdim=True) ports: one value per row, still 2-D."""
+    task_dir = tmp_path / "keepdims_sum"
+    task_dir.mkdir()
+    (task_dir / "reference.py").write_text(
+        "import jax\nimport jax.numpy as jnp\n\n\ndef computation(x):\n"
+        "    return jnp.sum(jnp.exp(x), axis=-1, keepdims=True)\n\n\ndef get_inputs():\n"
+        "    return [jax.random.normal(jax.random.key(0), (256, 512), jnp.float32)], []\n")
+    (task_dir / "kernel_task.yaml").write_text("task_id: keepdims_sum\natol: 0.001\nrtol: 0.001\n")
+    task = load_task(task_dir)
+    spec = analyse(task, V6E)
+    (result,) = evaluate_many([EvalRequest(task.path, _write(tmp_path, "kd", source(spec, choose(spec, V6E)[0])),
+                                           "v6e")], settings)
+    assert getattr(result, "verdict", None) == "ok", getattr(result, "message", result)

@@ -1,0 +1,26 @@
+"""A matmul with an epilogue: Linear (with its bias) then GELU."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+BATCH = 256
+IN_FEATURES = 512
+OUT_FEATURES = 384
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return F.gelu(self.linear(x))
+
+
+def get_inputs():
+    return [torch.randn(BATCH, IN_FEATURES)]
+
+
+def get_init_inputs():
+    return [IN_FEATURES, OUT_FEATURES]
