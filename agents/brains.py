@@ -21,8 +21,9 @@ def default_brain(settings: Settings) -> str:
     return "anthropic" if settings.anthropic_api_key else "offline"
 
 
-def make_brain(name: str, settings: Settings, budget: Budget, *, task: Task, chip: ChipSpec) -> Brain:
-    """The brain for one session on one task (the offline brain reads the task's reference itself)."""
+def make_brain(name: str, settings: Settings, budget: Budget, *, task: Task | None, chip: ChipSpec | None) -> Brain:
+    """The brain for one session on one task (the offline brain reads the task's reference itself, so it needs
+    one; an LLM brain does not, e.g. when it writes a task's reference from CUDA source)."""
     if name == "anthropic":
         if not settings.anthropic_api_key:
             raise BrainUnavailable("the anthropic brain needs ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL for a proxy)")
@@ -33,6 +34,9 @@ def make_brain(name: str, settings: Settings, budget: Budget, *, task: Task, chi
         client = anthropic.Anthropic(api_key=settings.anthropic_api_key, max_retries=0, timeout=300.0)
         return AnthropicBrain(client=client, model=choose_model(client, settings.model), budget=budget)
     if name == "offline":
+        if task is None or chip is None:
+            raise BrainUnavailable("the offline brain works on a task's reference; this needs an LLM brain "
+                                   "(--brain anthropic with ANTHROPIC_API_KEY)")
         from agents.offline.brain import NotRecognised, offline_brain
 
         try:

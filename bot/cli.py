@@ -39,6 +39,7 @@ def _friendly(exc: Exception) -> tuple[str, str] | None:
     from storage.migrate import SchemaOutdated
     from storage.queue import JobNotFound
     from tpu_runner.evaluate import KernelFileError
+    from tpu_runner.porting import PortUnavailable
 
     if isinstance(exc, OperationalError):
         return (f"cannot use the database: {str(exc.orig).strip().splitlines()[0]}",
@@ -53,6 +54,7 @@ def _friendly(exc: Exception) -> tuple[str, str] | None:
         (LookupError, "check the id; the session may live in another KERNELBOT_HOME or database"),
         (BrainUnavailable, "see `kernelbot optimize --help`"),
         (SlackSettingsError, "set it in the environment (see the Slack app's settings pages)"),
+        (PortUnavailable, "install the extra named above, then run the command again"),
         (ValueError, "check the command's options (`kernelbot COMMAND --help`) and the settings it names"),
     ]
     for kind, hint in table:
@@ -104,7 +106,7 @@ def main() -> None:
         configure_logging(load_settings())
     except SettingsError:
         configure_logging(None)  # the command itself says what is wrong with the settings
-    from bot import cli_agents, cli_config, cli_doctor, cli_eval, cli_queue, cli_search, cli_serve
+    from bot import cli_agents, cli_config, cli_doctor, cli_eval, cli_port, cli_queue, cli_search, cli_serve
 
     cli_eval.register(app)
     cli_agents.register(app)
@@ -113,6 +115,7 @@ def main() -> None:
     cli_serve.register(app)
     cli_doctor.register(app)
     cli_config.register(app)
+    cli_port.register(app)
     app()
 
 
