@@ -13,8 +13,11 @@ from pathlib import Path
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 from sqlalchemy import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session
 
 from bot.steering import SteeringPolicy, may_steer
+from storage.models import SlackInbox
 from storage.settings import Settings
 
 log = logging.getLogger("kernelbot.slack")
@@ -55,6 +58,16 @@ class BotContext:
     policy: SteeringPolicy
     groups: GroupDirectory
     notify: Callable[[], None] = lambda: None
+
+    def first_delivery(self, key: str) -> bool:
+        """True the first time this inbound delivery (an event, a click) is seen: Slack retries, people
+        double-click, and a retry must change nothing."""
+        try:
+            with Session(self.engine) as s, s.begin():
+                s.add(SlackInbox(key=key))
+            return True
+        except IntegrityError:
+            return False
 
     def may_steer(self, *, user: str, owner: str | None) -> tuple[bool, str]:
         groups = self.groups.groups_of(user, self.policy.groups) if self.policy.groups and user != owner \

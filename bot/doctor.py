@@ -29,8 +29,8 @@ MIN_PYTHON = (3, 12)
 REPO = Path(__file__).resolve().parent.parent
 MANIFEST = REPO / "slack" / "manifest.yaml"
 # What the bot calls Slack for; slack/manifest.yaml declares the same list (check_slack_scopes compares).
-SLACK_SCOPES = ("commands", "chat:write", "files:write", "channels:history", "groups:history", "users:read",
-                "usergroups:read")
+SLACK_SCOPES = ("commands", "chat:write", "files:write", "files:read", "channels:history", "groups:history",
+                "users:read", "usergroups:read")
 SLACK_TIMEOUT_S = 10
 ANTHROPIC_TIMEOUT_S = 20.0
 COMPILE_TIMEOUT_S = 180.0

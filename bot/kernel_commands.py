@@ -101,6 +101,11 @@ class KernelCommands:
 
         return OpenView(reference_form(channel=channel, target=self.ctx.settings.default_target))
 
+    def do_port(self, command: Command, *, user: str, channel: str) -> Reply:
+        from bot.port_modal import port_form
+
+        return OpenView(port_form(channel=channel))
+
     def do_auto(self, command: Command, *, user: str, channel: str) -> Reply:
         task = self._task(command.args["task"])
         budget = {"brain": self._brain(command), "iterations": int(command.options.get("budget", 5))}

@@ -15,6 +15,13 @@ from typing import Any
 import yaml
 
 from agents.brains import BRAINS
+from bot.modal_parts import ACTION
+from bot.modal_parts import context as _context
+from bot.modal_parts import option as _option
+from bot.modal_parts import section as _section
+from bot.modal_parts import text as _text
+from bot.modal_parts import text_input as _text_input
+from bot.modal_parts import unfenced as _unfenced
 from tpu_runner.hardware import CHIPS
 from tpu_runner.reference_check import CHECK_SECONDS, ReferenceCheck
 
@@ -22,7 +29,6 @@ REFERENCE_CALLBACK = "new_reference"
 CHECKING_CALLBACK = "new_reference_checking"
 STARTED_CALLBACK = "new_reference_started"
 NAME, REFERENCE, ATOL, RTOL, TARGET, BRAIN = "name", "reference", "atol", "rtol", "target", "brain"
-ACTION = "value"
 REFERENCE_MAX_CHARS = 3000  # Slack's limit for a plain_text_input
 NAME_MAX_CHARS = 48
 DEFAULT_TOLERANCE = "1e-3"
@@ -49,20 +55,12 @@ class ReferenceSubmission:
 # --- rendering ---------------------------------------------------------------------------------------------------
 
 
-def _text(text: str) -> dict[str, Any]:
-    return {"type": "plain_text", "text": text}
 
 
-def _section(text: str) -> dict[str, Any]:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:2900]}}
 
 
-def _context(text: str) -> dict[str, Any]:
-    return {"type": "context", "elements": [{"type": "mrkdwn", "text": text[:2900]}]}
 
 
-def _option(value: str, label: str) -> dict[str, Any]:
-    return {"text": _text(label), "value": value}
 
 
 def _target_options() -> list[dict[str, Any]]:
@@ -74,19 +72,6 @@ def _brain_options() -> list[dict[str, Any]]:
     return [_option(name, labels.get(name, name)) for name in BRAINS]
 
 
-def _text_input(block_id: str, label: str, *, value: str | None, hint: str | None = None, multiline: bool = False,
-                max_length: int | None = None, placeholder: str | None = None) -> dict[str, Any]:
-    element: dict[str, Any] = {"type": "plain_text_input", "action_id": ACTION, "multiline": multiline}
-    if max_length:
-        element["max_length"] = max_length
-    if value:
-        element["initial_value"] = value[:max_length] if max_length else value
-    if placeholder:
-        element["placeholder"] = _text(placeholder)
-    block: dict[str, Any] = {"type": "input", "block_id": block_id, "label": _text(label), "element": element}
-    if hint:
-        block["hint"] = _text(hint)
-    return block
 
 
 def _select(block_id: str, label: str, options: list[dict[str, Any]], *, selected: str | None, optional: bool,
@@ -171,13 +156,6 @@ def started_view(session_id: str, *, submission: ReferenceSubmission, brain: str
 # --- reading and checking a submission ----------------------------------------------------------------------------
 
 
-def _unfenced(code: str) -> str:
-    """The code without a surrounding Markdown fence (```python ... ```), which people paste out of habit."""
-    lines = code.strip("\n").splitlines()
-    if len(lines) >= 2 and lines[0].strip().startswith("```") and lines[-1].strip() == "```":
-        lines = lines[1:-1]
-    code = "\n".join(line.rstrip() for line in lines).strip("\n")
-    return code + "\n" if code.strip() else ""
 
 
 def parse_submission(view: dict[str, Any]) -> ReferenceSubmission:

@@ -33,6 +33,7 @@ COMMANDS: dict[str, Spec] = {
     "search": Spec(f"search TASK [--strategy {'|'.join(SEARCH_STRATEGIES)}] [--budget N] [--target T] [--brain B]",
                    "search a graph of candidates", ("task",), 1, {**_COMMON, "--budget": "int",
                                                                   "--strategy": "strategy"}),
+    "port": Spec("port", "turn a PyTorch module or a CUDA/Triton kernel into a task (opens a form)"),
     "status": Spec("status [SESSION]", "where a session (or every active one) stands", ("session",)),
     "list": Spec("list", "recent sessions"),
     "show": Spec("show SESSION", "a session's steps and best kernel", ("session",), 1),

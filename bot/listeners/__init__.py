@@ -5,7 +5,7 @@ from __future__ import annotations
 from slack_bolt import App
 
 from bot.context import BotContext
-from bot.listeners import actions, commands, home, messages, reference, views
+from bot.listeners import actions, commands, home, messages, port, reference, views
 
 
 def register(app: App, ctx: BotContext) -> None:
@@ -15,3 +15,4 @@ def register(app: App, ctx: BotContext) -> None:
     messages.register(app, ctx)
     home.register(app, ctx)
     reference.register(app, ctx)
+    port.register(app, ctx)

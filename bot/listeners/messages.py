@@ -8,24 +8,11 @@ from typing import Any
 
 from slack_bolt import App
 from slack_sdk import WebClient
-from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session
 
 from bot.context import BotContext
 from bot.decisions import apply_decision, session_in_thread
-from storage.models import SlackInbox
 
 log = logging.getLogger("kernelbot.slack")
-
-
-def first_delivery(ctx: BotContext, key: str) -> bool:
-    """True the first time this inbound delivery is seen."""
-    try:
-        with Session(ctx.engine) as s, s.begin():
-            s.add(SlackInbox(key=key))
-        return True
-    except IntegrityError:
-        return False
 
 
 def register(app: App, ctx: BotContext) -> None:
@@ -41,7 +28,7 @@ def register(app: App, ctx: BotContext) -> None:
         allowed, _ = ctx.may_steer(user=user, owner=record.owner)
         if not allowed:
             return  # teammates talking in the thread; only people who may steer are heard
-        if not first_delivery(ctx, f"message:{channel}:{ts}"):
+        if not ctx.first_delivery(f"message:{channel}:{ts}"):
             return
         problem = apply_decision(ctx, session_id=record.id, step=None, action="redirect", user=user, text=text,
                                  via="thread")

@@ -1,7 +1,8 @@
 """A stateful fake of the Slack Web API, for the real `slack_sdk` client (base_url pointed here).
 
 It keeps channels, messages with real-looking `ts`, threads, edits, metadata, ephemeral messages, views and
-uploaded files, and enforces what a bot must respect: the bot token, a per-channel posting rate (a burst, then
+files (the bot's uploads, and people's: `add_upload`, then `files.info` and a private download URL served only with
+the bot token), and enforces what a bot must respect: the bot token, a per-channel posting rate (a burst, then
 HTTP 429 with Retry-After), block limits (`invalid_blocks`, `msg_blocks_too_long`), edits of the bot's own
 messages only, and an outage switch (HTTP 503). Tests read the state directly.
 """
@@ -51,6 +52,7 @@ class FakeSlack:
     views: dict[str, dict[str, Any]] = field(default_factory=dict)  # view id -> view
     home: dict[str, dict[str, Any]] = field(default_factory=dict)  # user -> published view
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    downloads: list[str] = field(default_factory=list)  # ids of files served at url_private_download (bot token)
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     down: bool = False
     burst: int = 3  # messages a channel takes at once before the rate applies
@@ -59,8 +61,8 @@ class FakeSlack:
     usergroups: dict[str, list[str]] = field(default_factory=dict)  # group id -> member user ids
     archived: set[str] = field(default_factory=set)  # channels that refuse posts (is_archived)
     # What auth.test reports in x-oauth-scopes, as Slack does (None: no such header).
-    scopes: tuple[str, ...] | None = ("commands", "chat:write", "files:write", "channels:history", "groups:history",
-                                      "users:read", "usergroups:read")
+    scopes: tuple[str, ...] | None = ("commands", "chat:write", "files:write", "files:read", "channels:history",
+                                      "groups:history", "users:read", "usergroups:read")
     socket_url: str = ""  # what apps.connections.open hands out (the Socket Mode fake's address)
     after_post: Callable[[Message], None] | None = None  # runs once a message is stored, before the answer
     _stamps: dict[str, list[float]] = field(default_factory=dict)
@@ -251,6 +253,39 @@ class FakeSlack:
                 self.after_post(message)
         return 200, {"ok": True, "files": [{"id": f["id"], "title": f.get("title")} for f in files]}, {}
 
+    def add_upload(self, name: str, content: bytes | str) -> str:
+        """A file as Slack holds it after a person uploaded it (to a modal's file_input): its id."""
+        data = content.encode() if isinstance(content, str) else content
+        with self.lock:
+            file_id = f"F{next(self._ids):05d}"
+            self.files[file_id] = {"id": file_id, "name": name, "title": name, "length": len(data), "content": data}
+            return file_id
+
+    def file_object(self, file_id: str) -> dict[str, Any]:
+        """What files.info says of a stored file; its private download URL is served by this fake."""
+        stored = self.files[file_id]
+        url = f"{self.base_url}files/{file_id}/{urllib.parse.quote(str(stored['name']))}"
+        return {"id": file_id, "name": stored["name"], "title": stored.get("title") or stored["name"],
+                "size": len(stored["content"] or b""), "mimetype": "text/plain", "url_private": url,
+                "url_private_download": url}
+
+    def m_files_info(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        file_id = str(args.get("file") or "")
+        if file_id not in self.files or self.files[file_id]["content"] is None:
+            return 200, {"ok": False, "error": "file_not_found"}, {}
+        return 200, {"ok": True, "file": self.file_object(file_id)}, {}
+
+    def download(self, file_id: str, token: str) -> tuple[int, bytes]:
+        """A GET of a private file URL: only with the bot token in Authorization (401 otherwise)."""
+        with self.lock:
+            if token != BOT_TOKEN:
+                return 401, b""
+            stored = self.files.get(file_id)
+            if stored is None or stored["content"] is None:
+                return 404, b""
+            self.downloads.append(file_id)
+            return 200, stored["content"]
+
     def upload(self, file_id: str, content: bytes) -> int:
         with self.lock:
             stored = self.files.get(file_id)
@@ -296,6 +331,13 @@ def _handler(fake: FakeSlack) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _bytes(self, status: int, data: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain; charset=utf-8" if status == 200 else "text/html")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
         def do_POST(self) -> None:  # noqa: N802
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             path = self.path.split("?")[0].strip("/").removeprefix("api/")
@@ -306,6 +348,9 @@ def _handler(fake: FakeSlack) -> type[BaseHTTPRequestHandler]:
                 self._reply(503, {"ok": False, "error": "service_unavailable"}, {})
                 return
             token = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
+            if path.startswith("files/") and self.command == "GET":  # url_private_download: files/ID/NAME
+                self._bytes(*fake.download(path.split("/")[1], token))
+                return
             content_type = self.headers.get("Content-Type") or ""
             if "json" in content_type:
                 args = json.loads(raw or b"{}")
