@@ -33,7 +33,7 @@ def _docs() -> list[Path]:
 
 def _links(doc: Path) -> list[tuple[bool, str]]:
     """(is an image, target) of every Markdown link and <img> in the file, code blocks left out."""
-    text = re.sub(r"```.*?```", "", doc.read_text(), flags=re.DOTALL)
+    text = re.sub(r"^```.*?^```", "", doc.read_text(), flags=re.DOTALL | re.MULTILINE)  # fenced blocks only
     out = []
     for bang, target, img in _LINK.findall(text):
         out.append((bool(bang) or bool(img), target or img))
@@ -52,7 +52,7 @@ def _slug(heading: str) -> str:
 
 
 def _anchors(doc: Path) -> set[str]:
-    text = re.sub(r"```.*?```", "", doc.read_text(), flags=re.DOTALL)
+    text = re.sub(r"^```.*?^```", "", doc.read_text(), flags=re.DOTALL | re.MULTILINE)  # fenced blocks only
     return {_slug(m) for m in re.findall(r"^#+ (.+)$", text, flags=re.MULTILINE)}
 
 
