@@ -21,7 +21,6 @@ import io
 import re
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -126,26 +125,10 @@ class Story:
 
 @contextmanager
 def served(home: Path) -> Iterator[Story]:
-    from bot.server import ServeOptions, Server
-    from storage.database import open_database
-    from storage.settings import load_settings
-    from tests.fakes.slack_api import BOT_TOKEN, fake_slack
-    from tests.support.slack_http import SECRET, free_port, wait_for_port
+    from tests.support.bot import whole_server
 
-    with fake_slack() as slack:
-        settings = load_settings({"KERNELBOT_HOME": str(home), "SLACK_BOT_TOKEN": BOT_TOKEN,
-                                  "SLACK_SIGNING_SECRET": SECRET, "KERNELBOT_SLACK_API_URL": slack.base_url,
-                                  "KERNELBOT_EVAL_WORKERS": "1"})
-        port = free_port()
-        server = Server(settings, open_database(settings), ServeOptions(http=True, host="127.0.0.1", port=port,
-                                                                        with_runner=True))
-        server.start()
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        wait_for_port(port)
-        try:
-            yield Story(f"http://127.0.0.1:{port}/slack/events", slack, server)
-        finally:
-            server.shutdown(grace_seconds=10)
+    with whole_server(home) as (url, slack, server):
+        yield Story(url, slack, server)
 
 
 def play(story: Story, say: Callable[[str], None]) -> Shots:

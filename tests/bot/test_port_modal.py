@@ -9,7 +9,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,8 @@ from storage.models import Job, KernelSession
 from storage.settings import Settings, load_settings
 from tests.conftest import CORPUS
 from tests.fakes.anthropic_api import API_KEY, FakeAnthropic, fake_anthropic
-from tests.fakes.slack_api import BOT_TOKEN, FakeSlack, fake_slack
+from tests.fakes.slack_api import BOT_TOKEN, fake_slack
+from tests.support.bot import Served, bot_app
 from tests.support.reading import wait_for
 from tests.support.slack_http import SECRET, command, interaction, served, submit_view
 from tpu_runner.porting import PortResult
@@ -306,20 +307,10 @@ def test_an_uploaded_file_downloads_only_with_the_bot_token() -> None:
 # --- end to end ----------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Served:
-    url: str
-    fake: FakeSlack
-    settings: Settings
-
-
 @pytest.fixture
 def served_app(tmp_path: Path) -> Iterator[Served]:
-    with fake_slack() as fake:
-        settings = load_settings({"KERNELBOT_HOME": str(tmp_path / "home"), "SLACK_BOT_TOKEN": BOT_TOKEN,
-                                  "SLACK_SIGNING_SECRET": SECRET, "KERNELBOT_SLACK_API_URL": fake.base_url})
-        with served(build_app(settings, open_database(settings))) as url:
-            yield Served(url, fake, settings)
+    with bot_app(tmp_path / "home") as app:
+        yield app
 
 
 def open_form(app: Served, channel: str = "C1") -> dict[str, Any]:

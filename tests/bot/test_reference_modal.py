@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +31,11 @@ from bot.reference_modal import (
     static_problems,
     task_files,
 )
-from bot.slack_app import build_app
 from storage.database import open_database
 from storage.models import Job, KernelSession
 from storage.settings import Settings, load_settings
-from tests.fakes.slack_api import BOT_TOKEN, FakeSlack, fake_slack
-from tests.support.slack_http import SECRET, command, served, submit_view
+from tests.support.bot import Served, bot_app
+from tests.support.slack_http import command, submit_view
 from tpu_runner.hardware import CHIPS
 from tpu_runner.jobs import JobContext, JobRejected
 from tpu_runner.reference_check import ReferenceCheck, files_digest, read_task_files
@@ -193,20 +192,10 @@ def test_the_checking_and_started_views_say_what_happens() -> None:
 # --- end to end ----------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Served:
-    url: str
-    fake: FakeSlack
-    settings: Settings
-
-
 @pytest.fixture
 def served_app(tmp_path: Path) -> Iterator[Served]:
-    with fake_slack() as fake:
-        settings = load_settings({"KERNELBOT_HOME": str(tmp_path / "home"), "SLACK_BOT_TOKEN": BOT_TOKEN,
-                                  "SLACK_SIGNING_SECRET": SECRET, "KERNELBOT_SLACK_API_URL": fake.base_url})
-        with served(build_app(settings, open_database(settings))) as url:
-            yield Served(url, fake, settings)
+    with bot_app(tmp_path / "home") as app:
+        yield app
 
 
 def open_form(app: Served) -> dict[str, Any]:

@@ -6,7 +6,6 @@ unauthorised click, a stale button, and a cancel."""
 from __future__ import annotations
 
 import re
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,14 +14,13 @@ from typing import Any
 import pytest
 from sqlmodel import Session, col, select
 
-from bot.server import ServeOptions, Server
+from bot.server import Server
 from storage import sessions
-from storage.database import open_database
 from storage.models import Decision, KernelSession
-from storage.settings import load_settings
-from tests.fakes.slack_api import BOT_TOKEN, FakeSlack, Message, fake_slack
+from tests.fakes.slack_api import FakeSlack, Message
+from tests.support.bot import whole_server
 from tests.support.reading import buttons, text_of, wait_for
-from tests.support.slack_http import SECRET, click, command, event, free_port, submit_view, wait_for_port
+from tests.support.slack_http import click, command, event, submit_view
 
 
 class Team:
@@ -52,20 +50,8 @@ class Team:
 
 @pytest.fixture
 def team(tmp_path: Path) -> Iterator[Team]:
-    with fake_slack() as slack:
-        settings = load_settings({"KERNELBOT_HOME": str(tmp_path), "SLACK_BOT_TOKEN": BOT_TOKEN,
-                                  "SLACK_SIGNING_SECRET": SECRET, "KERNELBOT_SLACK_API_URL": slack.base_url,
-                                  "KERNELBOT_EVAL_WORKERS": "1"})
-        port = free_port()
-        server = Server(settings, open_database(settings), ServeOptions(http=True, host="127.0.0.1", port=port,
-                                                                        with_runner=True))
-        server.start()
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        wait_for_port(port)
-        try:
-            yield Team(f"http://127.0.0.1:{port}/slack/events", slack, server)
-        finally:
-            server.shutdown(grace_seconds=10)
+    with whole_server(tmp_path) as (url, slack, server):
+        yield Team(url, slack, server)
 
 
 def _session_id(reply: dict[str, Any]) -> str:
