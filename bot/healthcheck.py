@@ -19,7 +19,7 @@ from storage.logs import redact
 from storage.settings import Settings
 
 
-def option(args: list[str], name: str, default: str | None) -> str | None:
+def option(args: list[str], name: str, default: str | None = None) -> str | None:
     """The value of `--name VALUE` or `--name=VALUE` in a command line."""
     for i, arg in enumerate(args):
         if arg == name and i + 1 < len(args):

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.healthcheck import option as option_value
 from tests.conftest import REPO
 
 DOCKERFILE = REPO / "Dockerfile"
@@ -487,13 +488,6 @@ def seconds(span: str) -> float:
     return total
 
 
-def option_value(argv: list[str], name: str, default: str | None = None) -> str | None:
-    for i, arg in enumerate(argv):
-        if arg == name and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
-    return default
 
 
 @pytest.mark.parametrize("role", ["serve", "runner"])

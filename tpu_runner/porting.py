@@ -9,16 +9,14 @@ at once. torch and torchax are an optional extra; without them porting says whic
 from __future__ import annotations
 
 import importlib.util
-import json
 import shutil
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from storage.settings import EvalLimits, Settings
 from tpu_runner.reference_check import AddedTask, add_checked_task
-from tpu_runner.sandbox import ChildOutcome, child_environment, run_child
+from tpu_runner.sandbox import ChildOutcome, run_one_shot
 from tpu_runner.tasks import TaskError
 
 PORT_SECONDS = 300
@@ -83,28 +81,23 @@ def run_port_child(request: dict[str, Any], settings: Settings, *, wall_seconds:
     """Run `tpu_runner.port_child` on `request` (files it names are copied into the child's scratch directory)
     and return its report, or {"ok": False, "error": ...} when it did not finish."""
     require_torch()
-    scratch = settings.home / "sandbox" / f"port-{uuid.uuid4().hex[:10]}"
-    scratch.mkdir(parents=True)
-    try:
-        staged = dict(request)
+
+    def staged(scratch: Path) -> dict[str, Any]:
+        copied = dict(request)
         for key in ("source_path", "reference_path"):
-            if key in staged:
+            if key in copied:
                 copy = scratch / f"{key.removesuffix('_path')}.py"
-                shutil.copyfile(staged[key], copy)
-                staged[key] = str(copy)
-        request_path = scratch / "request.json"
-        request_path.write_text(json.dumps(staged))
-        env = child_environment(workdir=scratch, llo_dump_dir=None, on_tpu=False, target_accelerator="v6e-1")
-        limits = EvalLimits(wall_seconds=wall_seconds, cpu_seconds=max(60, 2 * wall_seconds), memory_mib=memory_mib,
-                            output_bytes=settings.limits.output_bytes)
-        outcome = run_child(module="tpu_runner.port_child", args=[str(request_path)], workdir=scratch, env=env,
-                            limits=limits)
-        report = scratch / "port_result.json"
-        if outcome.timed_out or outcome.memory_exceeded or outcome.returncode != 0 or not report.is_file():
-            return {"ok": False, "error": _stopped(outcome, wall_seconds, memory_mib).to_json()}
-        return json.loads(report.read_text())
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+                shutil.copyfile(copied[key], copy)
+                copied[key] = str(copy)
+        return copied
+
+    limits = EvalLimits(wall_seconds=wall_seconds, cpu_seconds=max(60, 2 * wall_seconds), memory_mib=memory_mib,
+                        output_bytes=settings.limits.output_bytes)
+    outcome, report = run_one_shot(module="tpu_runner.port_child", root=settings.home / "sandbox", prefix="port",
+                                   limits=limits, request_for=staged, report_name="port_result.json")
+    if report is None:
+        return {"ok": False, "error": _stopped(outcome, wall_seconds, memory_mib).to_json()}
+    return report
 
 
 def _error(report: dict[str, Any]) -> PortError:

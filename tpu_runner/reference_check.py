@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import shutil
 import uuid
 from collections.abc import Mapping
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage.settings import EvalLimits, Settings
-from tpu_runner.sandbox import ChildOutcome, child_environment, run_child
+from tpu_runner.sandbox import ChildOutcome, run_one_shot
 from tpu_runner.tasks import TaskError
 
 TASK_FILES = ("reference.py", "kernel_task.yaml")
@@ -52,26 +51,16 @@ def _stopped(outcome: ChildOutcome, wall_seconds: int, memory_mib: int) -> str:
 def check_reference(task_dir: Path, settings: Settings, *, wall_seconds: int = CHECK_SECONDS,
                     memory_mib: int = CHECK_MEMORY_MIB) -> ReferenceCheck:
     """Import and trace the task's reference in a sandboxed child within `wall_seconds` and `memory_mib`."""
-    scratch = settings.home / "sandbox" / f"reference-{uuid.uuid4().hex[:10]}"
-    scratch.mkdir(parents=True)
-    try:
-        request = scratch / "request.json"
-        request.write_text(json.dumps({"task_dir": str(Path(task_dir).resolve())}))
-        # Always the CPU backend: a check must not take a TPU a runner on this host may be using.
-        env = child_environment(workdir=scratch, llo_dump_dir=None, on_tpu=False, target_accelerator="v6e-1")
-        limits = EvalLimits(wall_seconds=wall_seconds, cpu_seconds=max(30, 2 * wall_seconds), memory_mib=memory_mib,
-                            output_bytes=settings.limits.output_bytes)
-        outcome = run_child(module="tpu_runner.reference_child", args=[str(request)], workdir=scratch, env=env,
-                            limits=limits)
-        report_path = scratch / "reference_check.json"
-        if outcome.timed_out or outcome.memory_exceeded or outcome.returncode != 0 or not report_path.is_file():
-            return ReferenceCheck(ok=False, error=_stopped(outcome, wall_seconds, memory_mib))
-        report = json.loads(report_path.read_text())
-        return ReferenceCheck(ok=bool(report["ok"]), shapes=tuple(report["shapes"]), outputs=tuple(report["outputs"]),
-                              error=report["error"], line=report["line"], tested=int(report["tested"]),
-                              notes=tuple(report["notes"]))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    limits = EvalLimits(wall_seconds=wall_seconds, cpu_seconds=max(30, 2 * wall_seconds), memory_mib=memory_mib,
+                        output_bytes=settings.limits.output_bytes)
+    outcome, report = run_one_shot(module="tpu_runner.reference_child", root=settings.home / "sandbox",
+                                   prefix="reference", limits=limits, report_name="reference_check.json",
+                                   request_for=lambda _: {"task_dir": str(Path(task_dir).resolve())})
+    if report is None:
+        return ReferenceCheck(ok=False, error=_stopped(outcome, wall_seconds, memory_mib))
+    return ReferenceCheck(ok=bool(report["ok"]), shapes=tuple(report["shapes"]), outputs=tuple(report["outputs"]),
+                          error=report["error"], line=report["line"], tested=int(report["tested"]),
+                          notes=tuple(report["notes"]))
 
 
 # --- task directories from their files ------------------------------------------------------------------------

@@ -208,6 +208,26 @@ def run_child(*, module: str, args: list[str], workdir: Path, env: dict[str, str
     return child.run(args, stage_file=workdir / "stage", limits=limits, on_stage=on_stage)
 
 
+def run_one_shot(*, module: str, root: Path, prefix: str, limits: EvalLimits,
+                 request_for: Callable[[Path], dict], report_name: str) -> tuple[ChildOutcome, dict | None]:
+    """A one-off check in a fresh sandboxed child on the CPU backend (it must not take a TPU a runner on this host
+    may be using): `request_for(scratch)` writes what the child needs and returns its request; the child writes
+    `report_name` beside it. Returns the outcome and the report (None when the child did not finish with one);
+    the scratch directory is removed either way."""
+    scratch = root / f"{prefix}-{uuid.uuid4().hex[:10]}"
+    scratch.mkdir(parents=True)
+    try:
+        request_path = scratch / "request.json"
+        request_path.write_text(json.dumps(request_for(scratch)))
+        env = child_environment(workdir=scratch, llo_dump_dir=None, on_tpu=False, target_accelerator="v6e-1")
+        outcome = run_child(module=module, args=[str(request_path)], workdir=scratch, env=env, limits=limits)
+        report = scratch / report_name
+        finished = not (outcome.timed_out or outcome.memory_exceeded or outcome.returncode != 0) and report.is_file()
+        return outcome, json.loads(report.read_text()) if finished else None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 class SparePool:
     """Children started ahead of need, one set per environment, so an evaluation does not wait for Python and
     JAX to start. Each child still serves exactly one evaluation."""
