@@ -159,11 +159,11 @@ def latest_fire(trigger: CronTrigger, at: datetime, lookback: timedelta = LOOKBA
     return latest
 
 
-def missed_fires(trigger: CronTrigger, *, now: datetime, last_end: float | None,
-                 grace: float = GRACE_SECONDS) -> list[datetime]:
-    """The scheduled times of the last `grace` seconds a new leader must still record: every one after the
-    channel's last recorded digest (a leader that died missed them all), or only the latest when the channel
-    never had a digest (a first start does not post a backlog)."""
+def due_fires(trigger: CronTrigger, *, now: datetime, last_end: float | None,
+              grace: float = GRACE_SECONDS) -> list[datetime]:
+    """The scheduled times of the last `grace` seconds still to record: every one after the channel's last
+    recorded digest (a leader that died, or a fire that ran late and was coalesced with the next, missed them),
+    or only the latest when the channel never had a digest (a first start does not post a backlog)."""
     fires: list[datetime] = []
     fire = trigger.get_next_fire_time(None, now - timedelta(seconds=grace))
     while fire is not None and fire <= now:
@@ -188,6 +188,16 @@ def fire_digest(engine: Engine, *, channel: str, fire: datetime) -> bool:
     if recorded:
         log.info("scheduler: recorded the digest of %s for %s", channel, period_key(fire))
     return recorded
+
+
+def record_due_digests(engine: Engine, *, channel: str, trigger: CronTrigger, now: datetime) -> list[str]:
+    """Record every period of the channel due by `now` and not recorded yet; returns the periods this call
+    recorded. Each fire does this rather than record only the latest scheduled time: a fire that runs late
+    (a busy host) stands for every period it overtook, and a new leader for those a dead one left."""
+    with Session(engine) as s:
+        last_end = last_scheduled_end(s, channel=channel)
+    return [period_key(fire) for fire in due_fires(trigger, now=now, last_end=last_end)
+            if fire_digest(engine, channel=channel, fire=fire)]
 
 
 def claim_schedule(s: Session, *, schedule_id: int, fire_at: float) -> Schedule | None:
@@ -262,30 +272,17 @@ class KernelScheduler:
             log.error("scheduler: KERNELBOT_DIGEST_CRON %s; no digest will be posted until it is fixed", exc)
             return
         for channel in self.settings.digest_channels:
-            self._catch_up_digests(channel, trigger)
-            self.scheduler.add_job(self._digest, trigger, args=(channel, trigger), id=f"digest:{channel}",
+            self._record_due_digests(channel, trigger)  # what a dead leader left unrecorded
+            self.scheduler.add_job(self._record_due_digests, trigger, args=(channel, trigger), id=f"digest:{channel}",
                                    replace_existing=True)
         log.info("scheduler: digests for %s at `%s` (%s)", ", ".join(self.settings.digest_channels),
                  self.settings.digest_cron, self.settings.timezone)
 
-    def _catch_up_digests(self, channel: str, trigger: CronTrigger) -> None:
+    def _record_due_digests(self, channel: str, trigger: CronTrigger) -> None:
         try:
-            with Session(self.engine) as s:
-                last_end = last_scheduled_end(s, channel=channel)
-            for fire in missed_fires(trigger, now=datetime.now(UTC), last_end=last_end):
-                fire_digest(self.engine, channel=channel, fire=fire)
-        except Exception:  # noqa: BLE001 - the next fires still come; the log says what was not caught up
-            log.exception("scheduler: could not catch up on the digests of %s", channel)
-
-    def _digest(self, channel: str, trigger: CronTrigger) -> None:
-        fire = latest_fire(trigger, datetime.now(UTC))
-        if fire is None:
-            log.warning("scheduler: the digest of %s ran more than %d s late; skipped", channel, GRACE_SECONDS)
-            return
-        try:
-            fire_digest(self.engine, channel=channel, fire=fire)
-        except Exception:  # noqa: BLE001 - a database hiccup must not end the scheduler; the next period covers it
-            log.exception("scheduler: could not record the digest of %s for %s", channel, period_key(fire))
+            record_due_digests(self.engine, channel=channel, trigger=trigger, now=datetime.now(UTC))
+        except Exception:  # noqa: BLE001 - a database hiccup must not end the scheduler; the next fire catches up
+            log.exception("scheduler: could not record the digests of %s", channel)
 
     # -- recurring searches -----------------------------------------------------------------------------------------
     def sync(self) -> None:

@@ -19,12 +19,13 @@ from bot.cli import REPO_TASKS
 from bot.scheduler import (
     CronError,
     KernelScheduler,
+    due_fires,
     fire_schedule,
     latest_fire,
-    missed_fires,
     next_fires,
     parse_cron,
     period_key,
+    record_due_digests,
 )
 from bot.slack_app import build_app
 from storage.database import open_database
@@ -284,8 +285,23 @@ def test_a_new_leader_records_every_period_the_dead_one_missed_but_a_first_start
     trigger = parse_cron("*/3 * * * * *", "UTC")
     now = datetime(2026, 12, 1, 9, 0, 10, tzinfo=UTC)
     last_end = datetime(2026, 12, 1, 9, 0, 0, tzinfo=UTC).timestamp()
-    assert [f.second for f in missed_fires(trigger, now=now, last_end=last_end)] == [3, 6, 9]
-    assert [f.second for f in missed_fires(trigger, now=now, last_end=None)] == [9]
-    assert missed_fires(trigger, now=now, last_end=now.timestamp()) == []
+    assert [f.second for f in due_fires(trigger, now=now, last_end=last_end)] == [3, 6, 9]
+    assert [f.second for f in due_fires(trigger, now=now, last_end=None)] == [9]
+    assert due_fires(trigger, now=now, last_end=now.timestamp()) == []
     daily = parse_cron("0 9 * * *", "UTC")
-    assert missed_fires(daily, now=now, last_end=last_end - 86400) == [datetime(2026, 12, 1, 9, 0, tzinfo=UTC)]
+    assert due_fires(daily, now=now, last_end=last_end - 86400) == [datetime(2026, 12, 1, 9, 0, tzinfo=UTC)]
+
+
+def test_a_late_fire_records_every_period_it_overtook(engine: Engine) -> None:
+    """A busy host runs the fire of 09:00:06 at 09:00:10, coalesced with that of :09: both periods are recorded,
+    each once, and the periods stay consecutive (the two-server test saw a gap before this)."""
+    trigger = parse_cron("*/3 * * * * *", "UTC")
+    at = lambda second: datetime(2026, 12, 1, 9, 0, second, 200000, tzinfo=UTC)  # noqa: E731
+    assert record_due_digests(engine, channel="C7", trigger=trigger, now=at(4)) == ["2026-12-01T09:00:03+00:00"]
+    assert record_due_digests(engine, channel="C7", trigger=trigger, now=at(10)) == [
+        "2026-12-01T09:00:06+00:00", "2026-12-01T09:00:09+00:00"]
+    assert record_due_digests(engine, channel="C7", trigger=trigger, now=at(11)) == []  # nothing new is due
+    with Session(engine) as s:
+        runs = s.exec(select(DigestRun).order_by(col(DigestRun.period))).all()
+    assert [datetime.fromisoformat(r.period).second for r in runs] == [3, 6, 9]
+    assert all(b.payload["since"] == a.payload["until"] for a, b in zip(runs, runs[1:], strict=False))
