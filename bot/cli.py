@@ -36,7 +36,7 @@ def _friendly(exc: Exception) -> tuple[str, str] | None:
 
     from agents.brains import BrainUnavailable
     from bot.slack_app import SlackSettingsError
-    from storage.migrate import SchemaOutdated
+    from storage.migrate import SchemaNewer, SchemaOutdated
     from storage.queue import JobNotFound
     from tpu_runner.evaluate import KernelFileError
     from tpu_runner.porting import PortUnavailable
@@ -50,6 +50,7 @@ def _friendly(exc: Exception) -> tuple[str, str] | None:
         (UnknownTarget, f"use --target with one of {', '.join(CHIPS)}"),
         (SettingsError, "fix the environment variable named above"),
         (SchemaOutdated, "run `kernelbot db upgrade`"),
+        (SchemaNewer, "install the kernelbot version that migrated the database (`kernelbot doctor` shows both)"),
         (JobNotFound, "`kernelbot jobs` lists the jobs"),
         (LookupError, "check the id; the session may live in another KERNELBOT_HOME or database"),
         (BrainUnavailable, "see `kernelbot optimize --help`"),

@@ -224,18 +224,6 @@ def _shown_url(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
-def _known_revision(revision: str) -> bool:
-    from alembic.script import ScriptDirectory
-    from alembic.util.exc import CommandError
-
-    from storage.migrate import MIGRATIONS
-
-    try:
-        return ScriptDirectory(str(MIGRATIONS)).get_revision(revision) is not None
-    except CommandError:  # "Can't locate revision identified by ..."
-        return False
-
-
 def _sqlite_path(url: str) -> Path | None:
     from sqlalchemy.engine import make_url
 
@@ -258,7 +246,7 @@ def check_database(settings: Settings) -> Check:
     from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
     from storage.engine import make_engine
-    from storage.migrate import current_revision, head_revision
+    from storage.migrate import current_revision, head_revision, known_revision
 
     url = settings.database
     variable = "KERNELBOT_DATABASE_URL" if settings.database_url else "KERNELBOT_HOME"
@@ -292,7 +280,7 @@ def check_database(settings: Settings) -> Check:
     head = head_revision()
     if current == head:
         return Check("database", "ok", f"{shown} at the schema head {head}")
-    if current is not None and not _known_revision(current):
+    if current is not None and not known_revision(current):
         return Check("database", "fail", f"{shown} is at revision {current}, which this kernelbot does not know "
                      f"(its head is {head}): a newer kernelbot migrated it",
                      f"upgrade kernelbot to the version the others use, or set {variable} to another database")

@@ -8,6 +8,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
 from sqlalchemy import Engine
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -15,6 +16,10 @@ MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 class SchemaOutdated(RuntimeError):
     """The database is behind the code; the message says which command upgrades it."""
+
+
+class SchemaNewer(RuntimeError):
+    """The database was migrated by a newer kernelbot than this one; the message says to upgrade the code."""
 
 
 def _config() -> Config:
@@ -27,6 +32,14 @@ def head_revision() -> str:
     head = ScriptDirectory.from_config(_config()).get_current_head()
     assert head is not None
     return head
+
+
+def known_revision(revision: str) -> bool:
+    """Whether this code ships `revision` (a database at an unknown one was migrated by a newer kernelbot)."""
+    try:
+        return ScriptDirectory.from_config(_config()).get_revision(revision) is not None
+    except CommandError:  # "Can't locate revision identified by ..."
+        return False
 
 
 def current_revision(engine: Engine) -> str | None:
@@ -54,6 +67,9 @@ def ensure_schema(engine: Engine, *, upgrade_if_needed: bool) -> None:
     current = current_revision(engine)
     if current == head_revision():
         return
+    if current is not None and not known_revision(current):
+        raise SchemaNewer(f"the database schema is at {current}, which this kernelbot does not know (its newest is "
+                          f"{head_revision()}): a newer kernelbot migrated it; run the same version as the others")
     if upgrade_if_needed:
         upgrade(engine)
         return

@@ -15,7 +15,7 @@ from sqlmodel import Session, SQLModel, select
 import storage.models  # noqa: F401  (registers every table in SQLModel.metadata)
 from storage.database import open_database
 from storage.engine import SQLITE_BUSY_TIMEOUT_MS, make_engine
-from storage.migrate import SchemaOutdated, current_revision, ensure_schema, head_revision, upgrade
+from storage.migrate import SchemaNewer, SchemaOutdated, current_revision, ensure_schema, head_revision, upgrade
 from storage.models import Job
 from storage.settings import load_settings
 
@@ -119,6 +119,17 @@ def test_ensure_schema_on_an_empty_database_says_nothing_is_there(bare_engine: E
     with pytest.raises(SchemaOutdated, match="at nothing"):
         ensure_schema(bare_engine, upgrade_if_needed=False)
     assert _tables(bare_engine) == set()
+
+
+def test_ensure_schema_on_a_database_a_newer_kernelbot_migrated_says_the_code_is_older(bare_engine: Engine) -> None:
+    upgrade(bare_engine)
+    with bare_engine.begin() as conn:  # what a later release's migration leaves behind
+        conn.execute(text("UPDATE alembic_version SET version_num = '0999'"))
+    for upgrade_if_needed in (False, True):  # SQLite, which upgrades itself, must not try either
+        with pytest.raises(SchemaNewer, match="at 0999, which this kernelbot does not know") as raised:
+            ensure_schema(bare_engine, upgrade_if_needed=upgrade_if_needed)
+        assert "newer kernelbot" in str(raised.value) and "db upgrade" not in str(raised.value)
+    assert current_revision(bare_engine) == "0999"
 
 
 def test_open_database_upgrades_an_embedded_sqlite_database_itself(tmp_path: Path) -> None:
