@@ -16,8 +16,8 @@ SECTION_LIMIT = 3000
 MAX_BLOCKS = 50
 MESSAGE_TEXT_BUDGET = 10_000  # Slack refuses a message whose blocks hold about 12k characters (msg_blocks_too_long)
 STAGES = ("queued", "compiling", "testing", "profiling")
-_STAGE_OF = {"static": "compiling", "lower": "compiling", "compile": "compiling", "correctness": "testing",
-             "performance": "profiling", "profile": "profiling"}
+_STAGE_OF = {"static": "compiling", "lower": "compiling", "compile": "compiling", "reference": "compiling",
+             "correctness": "testing", "performance": "profiling", "profile": "profiling"}
 DECISION_LABELS = {
     "approve": "Approved", "redirect": "Redirected", "handoff": "Handed off to Auto", "cancel": "Cancelled",
     "iterate": "Iterated", "finish": "Finished", "adopt": "Adopted", "search": "Search started",

@@ -16,8 +16,9 @@ from tpu_runner.result import EvalResult
 
 STAGE_LABELS = {
     "static": "static check", "load": "loading the task", "lower": "lowering for TPU",
-    "compile": "compiling with libtpu", "correctness": "checking correctness (TPU interpret mode)",
-    "performance": "estimating performance", "profile": "profiling",
+    "compile": "compiling with libtpu", "reference": "compiling the reference",
+    "correctness": "checking correctness (TPU interpret mode)", "performance": "estimating performance",
+    "profile": "profiling",
 }
 VERDICT_STYLE = {"ok": "green", "unverified": "yellow"}
 

@@ -237,7 +237,7 @@ class Child:
             cand_fn = self.import_candidate().computation
             self.leave()
             cand = self.compile_candidate(cand_fn, prod, task)
-            self.enter("compile")
+            self.enter("reference")  # its own stage: libtpu aborting here is the task's problem, not the candidate's
             ref = self.reference_costs(task, ref_fn, prod)
             self.leave()
             self.enter("correctness")

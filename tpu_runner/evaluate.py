@@ -58,8 +58,33 @@ def _new_eval_id(task: Task) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{task.task_id}-{uuid.uuid4().hex[:6]}"
 
 
+# How libtpu's fatal log lines start: a failed internal check, or the static profiler refusing the program.
+LIBTPU_ABORT_SIGNS = ("Check failed", "LLO_CHECK", "Static LLO profiling of")
+
+
+def _libtpu_checks(outcome: ChildOutcome) -> list[str]:
+    """The internal checks libtpu names when it aborts the process (none if it did not abort)."""
+    if outcome.signal_name != "SIGABRT":
+        return []
+    return list(dict.fromkeys(line for line in outcome.stderr_tail.splitlines()
+                              if any(sign in line for sign in LIBTPU_ABORT_SIGNS)))
+
+
+def _reference_crash(outcome: ChildOutcome, task: Task, target: str) -> TaskError | None:
+    """libtpu aborting while it compiles the task's reference (after the candidate compiled): no candidate of this
+    task can be evaluated on this target, whatever it is, so the task is refused rather than the candidate."""
+    checks = _libtpu_checks(outcome)
+    if outcome.stage != "reference" or not checks:
+        return None
+    return TaskError(f"libtpu aborted while compiling the reference of task {task.task_id} for {target} (an "
+                     "internal check failed on the reference's program, not on the candidate's), so no candidate "
+                     "can be compared with it on this target. Try another target, or write the reference's "
+                     "computation another way (e.g. other block-friendly shapes):\n" + "\n".join(checks)[-2000:])
+
+
 def _outcome_error(outcome: ChildOutcome, limits_wall: int, memory_mib: int) -> tuple[str, EvalError]:
-    stage = outcome.stage if outcome.stage in ("lower", "compile", "correctness", "performance", "profile") else "lower"
+    stage = {"reference": "compile"}.get(outcome.stage or "", outcome.stage or "")
+    stage = stage if stage in ("lower", "compile", "correctness", "performance", "profile") else "lower"
     if outcome.timed_out:
         return stage, EvalError("timeout", f"the evaluation did not finish within {limits_wall} s (it was in the "
                                 f"{stage} stage); a kernel that hangs or a grid far too large for this check")
@@ -67,11 +92,12 @@ def _outcome_error(outcome: ChildOutcome, limits_wall: int, memory_mib: int) -> 
         return stage, EvalError("memory_limit", f"the evaluation used more than {memory_mib} MiB of memory in the "
                                 f"{stage} stage and was stopped")
     sig = outcome.signal_name
-    checks = [line for line in outcome.stderr_tail.splitlines() if "Check failed" in line or "LLO_CHECK" in line]
-    if sig == "SIGABRT" and stage in ("lower", "compile") and checks:
+    checks = _libtpu_checks(outcome)
+    if stage in ("lower", "compile") and checks:
         # libtpu aborts the process when an internal check fails on the candidate's program.
         return stage, EvalError("compiler_crash", "libtpu aborted while compiling this candidate (an internal check "
-                                "failed); rewrite the construct it names:\n" + "\n".join(checks)[-2000:])
+                                "failed, or its static profiler refused the program); rewrite the construct it "
+                                "names:\n" + "\n".join(checks)[-2000:])
     kind = {"SIGXCPU": "cpu_time_limit", "SIGXFSZ": "output_limit"}.get(sig or "", "crashed")
     tail = "\n".join(outcome.stderr_tail.strip().splitlines()[-25:])
     how = f"killed by {sig}" if sig else f"exited with status {outcome.returncode}"
@@ -178,6 +204,8 @@ def evaluate(request: EvalRequest, settings: Settings, *, eval_id: str | None = 
             raise TaskError(report["task_error"])
         result = _from_child(report, task=task, target=chip.name, host=host)
     else:
+        if (crash := _reference_crash(outcome, task, chip.name)) is not None:
+            raise crash
         stage, error = _outcome_error(outcome, settings.limits.wall_seconds, settings.limits.memory_mib)
         verdict = {"timeout": "timeout", "compiler_crash": VERDICT_FOR_STAGE[stage]}.get(error.kind, "crashed")
         result = failure(task=task.task_id, target=chip.name, host=host, stage=stage, error=error, verdict=verdict)  # type: ignore[arg-type]
@@ -200,8 +228,8 @@ def evaluate(request: EvalRequest, settings: Settings, *, eval_id: str | None = 
 def _finish(result: EvalResult, artifacts: Path, artifact_map: dict[str, str], started: float) -> EvalResult:
     result.artifacts = {**artifact_map, "result": str(artifacts / "result.json")}
     total = time.perf_counter() - started
-    stage_seconds = sum(v for k, v in result.timings.items() if k in ("lower", "compile", "correctness",
-                                                                      "performance", "profile"))
+    stage_seconds = sum(v for k, v in result.timings.items() if k in ("lower", "compile", "reference",
+                                                                      "correctness", "performance", "profile"))
     result.timings["total"] = total
     result.timings["overhead"] = max(0.0, total - stage_seconds)
     (artifacts / "result.json").write_text(json.dumps(result.to_json(), indent=1, default=float))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from storage.settings import Settings
-from tests.conftest import TASKS
+from tests.conftest import CORPUS, TASKS
 from tpu_runner.evaluate import EvalRequest, KernelFileError, evaluate
 from tpu_runner.tasks import TaskError
 
@@ -140,6 +140,50 @@ def get_test_inputs(dtype=jnp.float32):
     with pytest.raises(TaskError, match="reference produces NaN or inf"):
         evaluate(EvalRequest(task, _kernel(tmp_path, PALLAS_ADD.format(block_rows=8)), "v6e"), settings)
 
+
+
+@pytest.mark.slow
+def test_a_reference_libtpu_aborts_on_is_the_task_s_fault_not_the_candidate_s(tmp_path: Path,
+                                                                               settings: Settings) -> None:
+    """libtpu aborts on a bf16 softmax inside a Pallas kernel (tests/corpus/bad/compiler_crash.py); here that is
+    in the reference, after a correct candidate compiled: the evaluation is refused as a task error naming the
+    failed check, rather than a compile_error that would send the self-debugger after a sound kernel."""
+    crash = (CORPUS / "bad" / "compiler_crash.py").read_text()
+    reference = ADD_REFERENCE.format(rows=64).replace("def computation(x, y):\n    return x + y",
+                                                      "def computation(x, y):\n    return _softmax(x) + y")
+    task = _task(tmp_path, "crashing_ref", reference + crash.replace("def computation(x):", "def _softmax(x):"))
+    with pytest.raises(TaskError, match="libtpu aborted while compiling the reference of task crashing_ref for v6e "
+                                        r"\(an internal check failed on the reference's program") as refused:
+        evaluate(EvalRequest(task, _kernel(tmp_path, PALLAS_ADD.format(block_rows=8)), "v6e"), settings)
+    assert "Check failed" in str(refused.value) or "LLO_CHECK" in str(refused.value)
+
+
+ATTENTION_F32_HEAD_64 = """
+import jax
+import jax.numpy as jnp
+
+
+def computation(q, k, v):
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / 8.0
+    return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
+
+
+def get_inputs():
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    return [jax.random.normal(key, (2, 8, 512, 64), jnp.float32) for key in keys], []
+"""
+
+
+@pytest.mark.slow
+def test_a_program_the_static_profiler_refuses_is_a_compiler_crash_quoting_it(tmp_path: Path,
+                                                                               settings: Settings) -> None:
+    """The causal-attention solution (written for bf16, head_dim 128) on f32 head_dim 64: libtpu's static profiler
+    aborts ("Cannot schedule FIFO pop ..."). It is named as such, not as an anonymous crash with a stack trace."""
+    task = _task(tmp_path, "attention_f32_64", ATTENTION_F32_HEAD_64)
+    result = evaluate(EvalRequest(task, TASKS / "causal_attention" / "solutions" / "pallas.py", "v6e"), settings)
+    assert (result.verdict, result.stage, result.error and result.error.kind) == (
+        "compile_error", "compile", "compiler_crash"), result.message
+    assert "Static LLO profiling of" in result.error.detail and "FIFO" in result.error.detail
 
 PURE_JAX_ADD = """
 import jax.numpy as jnp
