@@ -43,7 +43,9 @@ class _Place:
     thread_ts: str | None
     posted: dict[str, tuple[str, str | None]]  # key -> (ts, content hash)
     since: float  # no post of this scope is older: where to look for a lost one
-    on_root: Callable[[str], None] | None = None  # the root was posted: its ts starts the thread
+    # The root was posted: its ts starts the thread. Called in the transaction that records the root's post,
+    # so a crash never leaves a recorded root without its thread (the events would then go to the channel).
+    on_root: Callable[[Session, str], None] | None = None
 
 
 def _posted(s: Session, scope: str) -> dict[str, tuple[str, str | None]]:
@@ -192,12 +194,11 @@ class Notifier:
             place = _Place(scope=session_id, channel=channel, thread_ts=data.record.slack_thread_ts,
                            posted=_posted(s, session_id), since=data.record.created_at)
 
-        def on_root(ts: str) -> None:
-            with Session(self.engine) as s, s.begin():
-                record = s.get(KernelSession, session_id)
-                if record is not None and record.slack_thread_ts is None:
-                    record.slack_thread_ts = ts
-                    s.add(record)
+        def on_root(s: Session, ts: str) -> None:
+            record = s.get(KernelSession, session_id)
+            if record is not None and record.slack_thread_ts is None:
+                record.slack_thread_ts = ts
+                s.add(record)
             place.thread_ts = ts
 
         place.on_root = on_root if data.record.slack_thread_ts is None else None
@@ -277,9 +278,7 @@ class Notifier:
         elif found:
             edits[op.key] = op.payload  # found after a crash: bring it up to date with the rest of the batch
             digest = None
-        self._record(place, op.key, ts, digest)
-        if root_post and place.on_root:
-            place.on_root(ts)
+        self._record(place, op.key, ts, digest, starts_thread=root_post)
 
     def _flush_edits(self, place: _Place, edits: dict[str, dict[str, Any]]) -> None:
         for key, payload in edits.items():
@@ -295,13 +294,15 @@ class Notifier:
             self._record(place, key, ts, digest)
 
     # -- recording ------------------------------------------------------------------------------------------------
-    def _record(self, place: _Place, key: str, ts: str, digest: str | None) -> None:
+    def _record(self, place: _Place, key: str, ts: str, digest: str | None, *, starts_thread: bool = False) -> None:
         with Session(self.engine) as s, s.begin():
             row = s.exec(select(SlackMessage).where(SlackMessage.scope == place.scope, SlackMessage.key == key)).first()
             if row is None:
                 row = SlackMessage(scope=place.scope, key=key, channel=place.channel, ts=ts)
             row.ts, row.content_hash, row.updated_at = ts, digest, now()
             s.add(row)
+            if starts_thread and place.on_root is not None:
+                place.on_root(s, ts)
         place.posted[key] = (ts, digest)
 
     def _start_attempts(self, event_ids: list[int]) -> dict[int, int]:

@@ -184,6 +184,30 @@ def test_a_post_whose_answer_was_lost_is_found_again_and_not_posted_twice(engine
         assert len(rows) == len({(r.scope, r.key) for r in rows}) == sum(len(v) for v in expected.values())
 
 
+
+def test_a_root_is_recorded_with_its_thread_or_not_at_all(engine: Engine, slack: FakeSlack) -> None:
+    """The database refuses to start the session's thread right after Slack stored the root (as a crash there
+    would): the root's post is not recorded either, so the retry finds the root by its metadata, starts the
+    thread, and the events go into it - not to the channel, as when the root was recorded alone (seen in CI)."""
+    expected = _sessions_with_notices(engine, ["C1"], per_session=2)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TRIGGER refuse_thread BEFORE UPDATE OF slack_thread_ts ON sessions "
+                             "BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END")
+    n = notifier(engine, slack, ChannelPacer(per_second=1000.0, burst=1000))
+    thread = threading.Thread(target=n.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not slack.messages.get("C1"):
+        time.sleep(0.02)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP TRIGGER refuse_thread")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not n.idle():
+        time.sleep(0.1)
+    n.close()
+    _check_threads(engine, slack, expected)
+    assert len(slack.messages["C1"]) == len(next(iter(expected.values())))  # the root once, nothing top-level
+
 def test_what_slack_refuses_for_good_is_skipped_and_the_rest_delivered(engine: Engine, slack: FakeSlack) -> None:
     slack.archived = {"C_OLD"}
     expected = _sessions_with_notices(engine, ["C_OLD", "C1"], per_session=2)
