@@ -6,7 +6,8 @@ form an LLM would, so the planner, implementer, self-debugger and analyst sub-ag
 - planner: a plan in the fixed sections, with the reasons for each parameter and a `Parameters:` line; a
   revision moves to the next point of its search order, a redirect is read in a small vocabulary (REDIRECTS);
 - implementer: the kernel for the plan's parameters (or, for a search expansion, the strategy's move);
-- debugger: the same kernel with smaller blocks and more scoped VMEM;
+- debugger: for a scoped-VMEM overflow, the same kernel with the limit raised to what the compiler said it needs
+  (when the chip has it); otherwise smaller blocks and more scoped VMEM;
 - analyst: where the time goes, from the evaluator's profile summary.
 """
 
@@ -24,7 +25,7 @@ from agents.offline import emit
 from agents.offline.attention import Attention, confirm
 from agents.offline.expr import NotRecognised
 from agents.offline.families import Matmul, Spec, recognise
-from agents.offline.params import choose, cost_line
+from agents.offline.params import choose, cost_line, raised_vmem_limit
 from agents.offline.program import trace
 from agents.subagents import AgentAnswerError, code_blocks
 from tpu_runner.hardware import ChipSpec
@@ -256,6 +257,10 @@ class OfflineBrain:
         code = blocks[0]
         space = tunable.space(code)
         params = tunable.current(code) if space else {}
+        # The first error in the prompt is this candidate's; earlier attempts' come after it.
+        raised = raised_vmem_limit(params, space, prompt, self.chip.vmem_bytes)
+        if raised is not None:
+            return f"```python\n{tunable.with_params(code, raised)}```"
         moved = tunable.step(params, space, ("BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK_ROWS", "BLOCK_COLS"), -1) \
             if space else None
         if moved is None:

@@ -6,6 +6,7 @@ Pure: a spec and a chip in, parameters and sentences out.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from agents.offline.attention import Attention, attention_params
@@ -17,6 +18,26 @@ from tpu_runner.hardware import ChipSpec
 MiB = 2**20
 DEFAULT_VMEM_LIMIT = 64 * MiB
 BLOCK_TARGET_BYTES = 2 * MiB  # a streamed block long enough to reach HBM bandwidth, small enough to double-buffer
+
+
+# How the compiler says a kernel's scoped VMEM did not fit: "Scoped allocation with size 68.00M and limit 64.00M".
+_SCOPED_VMEM = re.compile(r"Scoped allocation with size ([\d.]+)([KMG]) and limit [\d.]+[KMG]")
+_UNITS = {"K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def raised_vmem_limit(params: dict[str, Any], space: dict[str, tuple[Any, ...]], error: str,
+                      vmem_bytes: int) -> dict[str, Any] | None:
+    """The same parameters with VMEM_LIMIT_BYTES raised to the smallest declared value that holds the scoped
+    allocation the compiler's error names, within the chip's VMEM; None when the error names none or no value
+    fits. Keeping the blocks is the point: a larger tile that only lacked the limit may be the faster kernel."""
+    found = _SCOPED_VMEM.search(error)
+    if found is None or "VMEM_LIMIT_BYTES" not in space:
+        return None
+    need = float(found.group(1)) * _UNITS[found.group(2)]
+    current = params.get("VMEM_LIMIT_BYTES") or 0
+    fits = sorted(v for v in space["VMEM_LIMIT_BYTES"]
+                  if isinstance(v, int) and v > current and need <= v <= vmem_bytes)
+    return {**params, "VMEM_LIMIT_BYTES": fits[0]} if fits else None
 
 
 def _floor_in(values: tuple[Any, ...], limit: float) -> Any:

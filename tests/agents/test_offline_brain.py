@@ -15,11 +15,11 @@ from agents.context import task_context
 from agents.offline.brain import OfflineBrain, analyse, parse_redirect
 from agents.offline.emit import source
 from agents.offline.expr import NotRecognised
-from agents.offline.params import choose
+from agents.offline.params import choose, raised_vmem_limit
 from storage.settings import Settings
 from tests.conftest import TASKS
 from tests.support.epilogue_tasks import EPILOGUE, chain_task
-from tpu_runner.evaluate import EvalRequest, evaluate_many
+from tpu_runner.evaluate import EvalRequest, evaluate, evaluate_many
 from tpu_runner.hardware import get_chip
 from tpu_runner.tasks import load_task
 
@@ -178,3 +178,46 @@ def test_a_row_reduction_that_keeps_its_dimension_gets_the_reference_s_shape(tmp
     (result,) = evaluate_many([EvalRequest(task.path, _write(tmp_path, "kd", source(spec, choose(spec, V6E)[0])),
                                            "v6e")], settings)
     assert getattr(result, "verdict", None) == "ok", getattr(result, "message", result)
+
+
+# --- the self-debugger on a scoped-VMEM overflow ----------------------------------------------------------------
+
+OOM = ("RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom: Ran out of memory in memory space vmem while allocating "
+       "on stack for %computation.1 = f32[4096,4096]. Scoped allocation with size 68.00M and limit 64.00M exceeded "
+       "scoped vmem limit by 4.00M.")
+
+
+def test_the_limit_is_raised_to_the_smallest_declared_value_that_holds_what_the_compiler_needs() -> None:
+    space = {"BLOCK_M": (512, 1024), "VMEM_LIMIT_BYTES": (16 * 2**20, 64 * 2**20, 100 * 2**20, 120 * 2**20)}
+    params = {"BLOCK_M": 1024, "VMEM_LIMIT_BYTES": 64 * 2**20}
+    assert raised_vmem_limit(params, space, OOM, V6E.vmem_bytes) == {"BLOCK_M": 1024, "VMEM_LIMIT_BYTES": 100 * 2**20}
+    assert raised_vmem_limit(params, space, OOM, 90 * 2**20) is None  # a chip with less VMEM: shrink instead
+    assert raised_vmem_limit(params, space, OOM.replace("68.00M", "130.00M"), V6E.vmem_bytes) is None
+    assert raised_vmem_limit(params, space, "vmem_oom: no sizes named", V6E.vmem_bytes) is None
+    assert raised_vmem_limit(params, {"BLOCK_M": (512, 1024)}, OOM, V6E.vmem_bytes) is None  # no such tunable
+
+
+@pytest.mark.slow
+def test_a_tile_that_only_lacked_scoped_vmem_keeps_its_size_and_gets_the_limit(tmp_path: Path,
+                                                                               settings: Settings) -> None:
+    """What the demo's search ran into on matmul_softmax (BLOCK_M 1024 needing 68 MiB under a 64 MiB limit), at a
+    size that compiles quickly: 1024x512 @ 512x2048 with 512-row tiles under a 16 MiB limit needs about 22 MiB.
+    The offline self-debugger raises the limit rather than shrink the tile, and the kernel is ok."""
+    reference = (TASKS / "matmul_softmax" / "reference.py").read_text()
+    task_dir = tmp_path / "small_matmul_softmax"
+    task_dir.mkdir()
+    (task_dir / "reference.py").write_text(reference.replace("M, K, N = 4096, 2048, 4096", "M, K, N = 1024, 512, 2048"))
+    yaml = (TASKS / "matmul_softmax" / "kernel_task.yaml").read_text()
+    (task_dir / "kernel_task.yaml").write_text(yaml.replace("task_id: matmul_softmax", f"task_id: {task_dir.name}"))
+    task = load_task(task_dir)
+    brain = OfflineBrain(task=task, chip=V6E)
+    ctx = task_context(task, V6E)
+    code = subagents.implement(brain, ctx, subagents.plan(brain, ctx))
+    tight = {**tunable.current(code), "BLOCK_M": 512, "VMEM_LIMIT_BYTES": 16 * 2**20}
+    rejected = evaluate(EvalRequest(task.path, _write(tmp_path, "tight", tunable.with_params(code, tight)), "v6e"),
+                        settings)
+    assert (rejected.verdict, rejected.error and rejected.error.kind) == ("compile_error", "vmem_oom"), rejected.message
+    fixed = subagents.self_debug(brain, ctx, tunable.with_params(code, tight), rejected.error)
+    assert tunable.current(fixed) == {**tight, "VMEM_LIMIT_BYTES": 32 * 2**20}
+    result = evaluate(EvalRequest(task.path, _write(tmp_path, "fixed", fixed), "v6e"), settings)
+    assert result.verdict == "ok", result.message
