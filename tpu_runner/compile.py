@@ -8,6 +8,7 @@ each compile is followed by `StaticProfile.collect()`, which reads and clears wh
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,15 +57,17 @@ class CompileReport:
 
 
 _topologies: dict[str, Any] = {}
+_topologies_lock = threading.Lock()  # libtpu registers its PJRT plugin once: a second concurrent call fails
 
 
 def target_sharding(chip: ChipSpec) -> jax.sharding.NamedSharding:
     """A single-device sharding on the target topology (libtpu describes it; no TPU needed)."""
     from jax.experimental import topologies
 
-    if chip.topology not in _topologies:
-        _topologies[chip.topology] = topologies.get_topology_desc(chip.topology, "tpu")
-    topo = _topologies[chip.topology]
+    with _topologies_lock:
+        if chip.topology not in _topologies:
+            _topologies[chip.topology] = topologies.get_topology_desc(chip.topology, "tpu")
+        topo = _topologies[chip.topology]
     mesh = jax.sharding.Mesh(np.array(topo.devices[:1]), ("x",))
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
 
