@@ -51,7 +51,7 @@ def tasks_command(
 
         # The compiles release the GIL: on a cold cache (f32 matmuls take ~15 s each) threads share the cores.
         with console.status("reading tasks (compiling references for cost analysis)...") as status, \
-                ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
+                ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
             for done, (d, read_out) in enumerate(zip(dirs, pool.map(read, dirs), strict=True), start=1):
                 status.update(f"read {done}/{len(dirs)} tasks ({d.name})...")
                 if isinstance(read_out, TaskError):

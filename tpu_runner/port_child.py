@@ -13,6 +13,7 @@ Writes `port_result.json` beside the request; the stage in progress goes to `sta
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import inspect
 import json
@@ -35,6 +36,15 @@ class PortFailed(Exception):
     def __init__(self, kind: str, message: str, line: int | None = None):
         super().__init__(message)
         self.kind, self.message, self.line = kind, message, line
+
+
+def _port_extra(name: str) -> Any:
+    """A module of the port extra (torch, torchax), or a PortFailed saying how to install it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise PortFailed("unavailable", f"{name} cannot be imported here ({exc}): install the port extra, "
+                         "`pip install 'kernelbot[port]'`") from exc
 
 
 @dataclass
@@ -84,11 +94,7 @@ class Port:
     def load(self) -> tuple[Any, Any, list[Any], list[Any]]:
         """(torch, the built module, forward's tensor inputs, its other arguments)."""
         self.stage("importing torch")
-        try:
-            import torch
-        except ImportError as exc:
-            raise PortFailed("unavailable", f"torch cannot be imported here ({exc}): install the port extra, "
-                             "`pip install 'kernelbot[port]'`") from exc
+        torch = _port_extra("torch")
         self.stage("importing the module")
         spec = importlib.util.spec_from_file_location(MODULE_NAME, self.source_path)
         assert spec and spec.loader
@@ -152,12 +158,9 @@ class Port:
               ) -> tuple[Any, Any, list[Arg], list[Any]]:
         """(the closed jaxpr of forward with the weights as inputs, that function, the arguments, their values)."""
         self.stage("importing torchax")
-        try:
-            import jax
-            import torchax
-        except ImportError as exc:
-            raise PortFailed("unavailable", f"torchax cannot be imported here ({exc}): install the port extra, "
-                             "`pip install 'kernelbot[port]'`") from exc
+        torchax = _port_extra("torchax")
+        import jax
+
         from tpu_runner.port_emit import identifier
 
         self.stage("tracing the module with torchax")

@@ -475,20 +475,7 @@ def test_an_upload_too_large_or_under_a_taken_name_is_refused_before_porting(ser
 
 # --- CUDA and Triton, through the LLM brain (the fake Messages API) -------------------------------------------------
 
-BIAS_RELU_JAX = '''"""Bias per column, then ReLU: f32 x [64, 256], bias [256]."""
-
-import jax
-import jax.numpy as jnp
-
-
-def computation(x, bias):
-    return jnp.maximum(x + bias[None, :], 0.0)
-
-
-def get_inputs():
-    kx, kb = jax.random.split(jax.random.key(0))
-    return [jax.random.normal(kx, (64, 256), jnp.float32), 0.5 * jax.random.normal(kb, (256,), jnp.float32)], []
-'''
+BIAS_RELU_JAX = (SOURCES / "bias_relu_jax.py").read_text()  # a correct translation of bias_relu.cu
 
 DOUBLE_JAX = '''"""Twice x: f32 x [64, 256]."""
 
