@@ -1,9 +1,13 @@
 """Stage 1: read the candidate's source without running it.
 
-The parent process never imports candidate code; this module only parses it. It refuses what cannot be a
-fair kernel: imports outside an allow-list, file/network/process/timer access, dynamic code, monkey-patching,
-global state (a cache on inputs), broad exception handlers (a fallback to the reference), and - unless the
-task allows pure-JAX rewrites - a module with no `pallas_call` at all.
+The parent process never imports candidate code; this module only parses it. What protects the verdict is
+isolation (the candidate runs in a sandboxed child that can write only its scratch directory; outputs are
+compared, and the compiler's results read, where it never ran), so this stage refuses only what a fair kernel
+has no use for: file, network, process and foreign-code access, dynamic code, JAX internals, patching imported
+modules, state kept between calls, broad exception handlers (a fallback to the reference) and - unless the task
+allows pure-JAX rewrites - a module with no Pallas kernel at all. Ordinary Python that real kernels are written
+with passes: typing, collections.abc, dataclasses, NamedTuple, helper classes with private attributes set in
+their own methods, and JAX's public modules including its own Pallas TPU ops.
 """
 
 from __future__ import annotations
@@ -13,28 +17,50 @@ from dataclasses import dataclass
 
 from tpu_runner.result import EvalError
 
+# Modules a candidate may import, by exact name or (PREFIX_IMPORTS) with any submodule.
 ALLOWED_IMPORTS = frozenset({
-    "jax", "jax.numpy", "jax.lax", "jax.nn", "jax.scipy", "jax.scipy.special", "jax.random",
-    "jax.experimental", "jax.experimental.pallas", "jax.experimental.pallas.tpu",
-    "functools", "math", "numpy", "dataclasses", "typing", "itertools", "enum", "__future__",
+    "__future__", "abc", "collections", "collections.abc", "dataclasses", "enum", "functools", "itertools",
+    "math", "numbers", "operator", "typing", "typing_extensions", "numpy", "numpy.typing", "jax", "ml_dtypes",
 })
+PREFIX_IMPORTS = ("jax.",)  # public JAX: jax.numpy, jax.lax, jax.experimental.pallas.ops.tpu.splash_attention, ...
+# Parts of JAX that reach the host, the process, foreign code or the harness's own tools.
+FORBIDDEN_MODULES = ("jax._src", "jax.experimental.host_callback", "jax.experimental.compilation_cache",
+                     "jax.experimental.jax2tf", "jax.experimental.serialize_executable",
+                     "jax.experimental.colocated_python", "jax.experimental.multihost_utils", "jax.profiler",
+                     "jax.debug", "jax.monitoring", "jax.ffi",
+                     "jax.extend", "jax.distributed", "jax.export", "jax.experimental.buffer_callback",
+                     "jax.experimental.mosaic.gpu", "jax.interpreters")
 FORBIDDEN_CALLS = frozenset({
     "open", "exec", "eval", "compile", "__import__", "globals", "locals", "vars", "getattr", "setattr",
     "delattr", "input", "breakpoint", "id", "memoryview", "exit", "quit", "help",
 })
-# Attributes that reach host callbacks, process-wide configuration, timing or the profiler.
-FORBIDDEN_ATTRIBUTES = frozenset({
-    "pure_callback", "io_callback", "callback", "host_callback", "debug", "config", "profiler",
-    "block_until_ready", "effects_barrier", "clear_caches", "live_arrays", "device_get", "copy_to_host_async",
-    "unsafe_buffer_pointer", "on_device_size_in_bytes",
-    # numpy's file and foreign-memory doors
-    "load", "save", "savez", "savez_compressed", "fromfile", "tofile", "memmap", "loadtxt", "savetxt",
-    "genfromtxt", "fromregex", "DataSource", "ctypeslib", "lib",
+# Attributes that reach host callbacks, process-wide configuration, timing, the profiler or files, when taken
+# from an imported module (jax.config, np.load): a class of the candidate's may well have a `config`.
+MODULE_ATTRIBUTES = frozenset({
+    "pure_callback", "io_callback", "callback", "host_callback", "debug", "config", "profiler", "effects_barrier",
+    "clear_caches", "live_arrays", "device_get", "load", "save", "savez", "savez_compressed", "fromfile",
+    "memmap", "loadtxt", "savetxt", "genfromtxt", "fromregex", "DataSource", "ctypeslib", "lib",
+    "ffi", "ffi_call", "export", "experimental_io_callback",
 })
+# On any object: blocking on or reading device buffers from the host, and writing arrays to files.
+ANY_ATTRIBUTES = frozenset({"block_until_ready", "unsafe_buffer_pointer", "copy_to_host_async",
+                            "on_device_size_in_bytes", "tofile", "device_buffer", "addressable_data"})
+# Dunders that lead out of the language's sandbox (to builtins, globals, code objects, every class).
+DANGEROUS_DUNDERS = frozenset({
+    "__globals__", "__builtins__", "__subclasses__", "__code__", "__closure__", "__dict__", "__getattribute__",
+    "__setattr__", "__delattr__", "__import__", "__loader__", "__spec__", "__base__", "__bases__", "__mro__",
+    "__func__", "__self__", "__module__", "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__",
+    "__init_subclass__", "__class_getitem__", "__wrapped__", "__defaults__", "__kwdefaults__", "__file__",
+    "__path__", "__cached__", "__traceback__", "__frame__", "__setitem__", "__delitem__", "__set__", "__delete__",
+    "__iadd__", "__ior__", "__ixor__", "__iand__", "__isub__", "__imul__",
+})
+NAMEDTUPLE_API = frozenset({"_replace", "_fields", "_asdict", "_make", "_field_defaults"})
 # Methods that mutate a container in place: called on module-level data from a function, they keep state.
 MUTATING_METHODS = frozenset({"update", "setdefault", "append", "extend", "insert", "add", "pop", "popitem",
                               "clear", "remove", "discard"})
 BROAD_EXCEPTIONS = frozenset({"Exception", "BaseException"})
+KERNEL_NAMES = frozenset({"pallas_call", "kernel", "core_map"})
+PALLAS_OPS = "jax.experimental.pallas.ops"  # JAX's own kernels: importing one brings its pallas_calls
 
 
 @dataclass(frozen=True)
@@ -54,8 +80,13 @@ def _violation(kind: str, node: ast.AST | None, detail: str) -> StaticViolation:
                                      stage="static"))
 
 
-def _module_allowed(name: str) -> bool:
-    return name in ALLOWED_IMPORTS
+def _forbidden(name: str) -> bool:
+    return (any(name == bad or name.startswith(bad + ".") for bad in FORBIDDEN_MODULES)
+            or any(part.startswith("_") for part in name.split(".") if part != "__future__"))
+
+
+def module_allowed(name: str) -> bool:
+    return not _forbidden(name) and (name in ALLOWED_IMPORTS or name.startswith(PREFIX_IMPORTS))
 
 
 def _module_level_names(tree: ast.Module) -> set[str]:
@@ -74,33 +105,88 @@ def _module_level_names(tree: ast.Module) -> set[str]:
     return names
 
 
+def _own_private_names(tree: ast.Module) -> set[str]:
+    """Private names the candidate defines itself: its classes' methods and fields, `self._x = ...` targets."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name.startswith("_"):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and node.attr.startswith("_"):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id.startswith("_"):
+            names.add(node.id)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return {n for n in names if not (n.startswith("__") and n.endswith("__"))}
+
+
+def _root(node: ast.expr) -> ast.expr:
+    while isinstance(node, ast.Attribute | ast.Subscript | ast.Call):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node
+
+
+def _is_attribute_chain(node: ast.expr) -> bool:
+    """`a`, `a.b.c`: a name or a plain attribute path (no call, no subscript)."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
 class _Checker(ast.NodeVisitor):
-    def __init__(self, module_names: set[str]):
+    def __init__(self, module_names: set[str], own_private: set[str]):
         self.module_names = module_names
-        self.imported: set[str] = set()
+        self.own_private = own_private
+        self.modules: set[str] = set()  # names bound to imported modules (or to attribute paths into them)
         self.has_pallas_call = False
         self.function_depth = 0
+        self.class_depth = 0
+
+    # -- imports ---------------------------------------------------------------------------------------------
+    def _check_module(self, node: ast.AST, name: str) -> None:
+        if not module_allowed(name):
+            raise _violation("forbidden_import", node, f"import of {name!r} is not allowed; allowed: "
+                             f"{', '.join(sorted(ALLOWED_IMPORTS))} and public jax.* modules such as jax.numpy, "
+                             "jax.experimental.pallas and its ops (not jax._src, host callbacks, the profiler, FFI "
+                             "or export)")
+        if name.startswith(PALLAS_OPS):
+            self.has_pallas_call = True
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
-            if not _module_allowed(alias.name):
-                raise _violation("forbidden_import", node, f"import of {alias.name!r} is not allowed; "
-                                 f"allowed: {', '.join(sorted(ALLOWED_IMPORTS))}")
-            self.imported.add(alias.asname or alias.name.split(".")[0])
+            self._check_module(node, alias.name)
+            self.modules.add(alias.asname or alias.name.split(".")[0])
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.level:
             raise _violation("forbidden_import", node, "relative imports are not allowed")
         base = node.module or ""
+        self._check_module(node, base)
         for alias in node.names:
+            if alias.name == "*":
+                raise _violation("forbidden_import", node, f"'from {base} import *' hides what is imported")
             full = f"{base}.{alias.name}"
-            if not (_module_allowed(base) or _module_allowed(full)):
-                raise _violation("forbidden_import", node, f"import of {full!r} is not allowed")
-            if alias.name in FORBIDDEN_ATTRIBUTES or alias.name in FORBIDDEN_CALLS:
+            if alias.name in MODULE_ATTRIBUTES or alias.name in FORBIDDEN_CALLS or alias.name in ANY_ATTRIBUTES:
                 raise _violation("forbidden_attribute", node, f"importing {alias.name!r} is not allowed")
-            if alias.name == "pallas_call":
+            if _forbidden(full):  # the base is allowed; `from jax import _src` or a forbidden submodule is not
+                raise _violation("forbidden_import", node, f"import of {full!r} is not allowed")
+            if alias.name in KERNEL_NAMES or full.startswith(PALLAS_OPS):
                 self.has_pallas_call = True
-            self.imported.add(alias.asname or alias.name)
+            self.modules.add(alias.asname or alias.name)
+
+    # -- names and attributes --------------------------------------------------------------------------------
+    def _from_module(self, node: ast.expr) -> bool:
+        root = _root(node)
+        return isinstance(root, ast.Name) and root.id in self.modules
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        # `N = np` or `d = jax.debug`: the new name reaches the module just as the old one did.
+        if _is_attribute_chain(node.value) and self._from_module(node.value):
+            for target in node.targets:
+                for sub in ast.walk(target):
+                    if isinstance(sub, ast.Name):
+                        self.modules.add(sub.id)
+        self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
@@ -119,25 +205,38 @@ class _Checker(ast.NodeVisitor):
                              "implementation); catch a specific exception type or let errors surface")
         if node.id in ("__builtins__", "__loader__", "__spec__"):
             raise _violation("forbidden_attribute", node, f"use of {node.id} is not allowed")
-        if node.id == "pallas_call":
+        if node.id in KERNEL_NAMES:
             self.has_pallas_call = True
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        if node.attr.startswith("_"):
-            raise _violation("forbidden_attribute", node,
-                             f"private attribute {node.attr!r}: candidates may only use public APIs")
-        if node.attr in FORBIDDEN_ATTRIBUTES:
-            raise _violation("forbidden_attribute", node, f"attribute {node.attr!r} is not allowed in a kernel "
-                             "(host callbacks, configuration, timing and profiling are the evaluator's)")
-        if node.attr in ("pallas_call", "kernel", "core_map"):
+        attr = node.attr
+        from_module = self._from_module(node.value)
+        if attr in DANGEROUS_DUNDERS:
+            raise _violation("forbidden_attribute", node, f"private attribute {attr!r}: it leads to the "
+                             "interpreter's internals, which a kernel has no use for")
+        private = attr.startswith("_") and not (attr.startswith("__") and attr.endswith("__"))
+        if private and (from_module or not (attr in self.own_private or attr in NAMEDTUPLE_API)):
+            raise _violation("forbidden_attribute", node, f"private attribute {attr!r}: candidates may use "
+                             "private names of their own classes, not those of libraries or arrays")
+        if attr in ANY_ATTRIBUTES or (from_module and attr in MODULE_ATTRIBUTES):
+            raise _violation("forbidden_attribute", node, f"attribute {attr!r} is not allowed in a kernel "
+                             "(host callbacks, configuration, timing, files and profiling are the evaluator's)")
+        if attr in KERNEL_NAMES:
             self.has_pallas_call = True
         if isinstance(node.ctx, ast.Store | ast.Del):
-            # Any attribute store: through an alias (`N = np; N.abs = ...`) a module is patched just the same,
-            # and a kernel has no need to set attributes.
-            target = ast.unparse(node)
-            raise _violation("monkeypatch", node, f"assigning to {target} changes shared objects (it could patch a "
-                             "library or the harness); candidates must not set attributes")
+            self._check_store(node)
         self.generic_visit(node)
+
+    def _check_store(self, node: ast.Attribute) -> None:
+        """`self.x = ...` in a class's own method is its business; anything else that sets an attribute could
+        patch a library or the harness (`jax.jit = ...`, `N = np; N.abs = ...`) or keep state between calls."""
+        root = _root(node)
+        own = (isinstance(root, ast.Name) and root.id in ("self", "cls") and self.class_depth
+               and self.function_depth)
+        if not own:
+            target = ast.unparse(node)
+            raise _violation("monkeypatch", node, f"assigning to {target} changes shared objects (it could patch "
+                             "a library or the harness); only a class's own methods may set its attributes")
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
         if (isinstance(node.ctx, ast.Store | ast.Del) and self.function_depth and isinstance(node.value, ast.Name)
@@ -164,6 +263,7 @@ class _Checker(ast.NodeVisitor):
                              "to another implementation); let errors surface")
         self.generic_visit(node)
 
+    # -- scopes ----------------------------------------------------------------------------------------------
     def _visit_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> None:
         if isinstance(node, ast.AsyncFunctionDef):
             raise _violation("forbidden_call", node, "async functions are not allowed in a kernel")
@@ -174,6 +274,14 @@ class _Checker(ast.NodeVisitor):
     visit_FunctionDef = _visit_function
     visit_AsyncFunctionDef = _visit_function
     visit_Lambda = _visit_function
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        depth = self.function_depth
+        self.class_depth += 1
+        self.function_depth = 0  # a method is a function of its class, whatever encloses the class
+        self.generic_visit(node)
+        self.function_depth = depth
+        self.class_depth -= 1
 
 
 def _entry_point_params(tree: ast.Module) -> tuple[ast.AST | None, int | None]:
@@ -201,7 +309,7 @@ def check_source(source: str, *, expected_params: int | None, allow_pure_jax: bo
     node, params = _entry_point_params(tree)
     if node is None:
         raise _violation("missing_entry_point", None, "the module must define a top-level function `computation`")
-    checker = _Checker(_module_level_names(tree))
+    checker = _Checker(_module_level_names(tree), _own_private_names(tree))
     checker.visit(tree)
     if expected_params is not None and params is not None and params != expected_params:
         raise _violation("wrong_signature", node, f"computation takes {params} positional parameters; the reference "

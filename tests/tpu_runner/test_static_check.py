@@ -447,3 +447,95 @@ def test_reference_param_count_of_every_shipped_task_matches_its_solution():
         assert expected is not None, reference
         report = check_source(solution.read_text(), expected_params=expected, allow_pure_jax=False)
         assert report.has_pallas_call, solution
+
+
+# --- what real kernels are written with ---------------------------------------------------------------------
+
+REAL_PYTHON = {
+    "typing imports": "from collections.abc import Callable, Sequence\nfrom typing import Any, NamedTuple\n",
+    "JAX's own Pallas ops": ("from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask\n"
+                             "from jax.experimental.pallas.ops.tpu.megablox import common\n"
+                             "from jax.experimental.pallas.ops.tpu.paged_attention import quantization_utils\n"
+                             "import jax.experimental.pallas.ops.tpu.flash_attention as fa\n"),
+    "a helper class with private state": textwrap.dedent("""\
+        class Buffers:
+            def __init__(self, shape, **kwargs):
+                self._vmem_buffer = shape
+                self.kwargs = kwargs
+
+            def _size(self):
+                return self._vmem_buffer[0]
+
+            @property
+            def size(self):
+                return self._size()
+        """),
+    "NamedTuple's own API": textwrap.dedent("""\
+        class Blocks(NamedTuple):
+            q: int
+            k: int
+
+        def smaller(b):
+            return b._replace(q=b.q // 2)._asdict()
+        """),
+    "decorators and custom rules": textwrap.dedent("""\
+        @functools.partial(jax.jit, static_argnames=["block"])
+        def scaled(x, block=128):
+            return x * block
+
+        @jax.custom_vjp
+        def f(x):
+            return x
+
+        def f_fwd(x):
+            return x, None
+
+        def f_bwd(_, g):
+            return (g,)
+
+        f.defvjp(f_fwd, f_bwd)
+        """),
+    "a dataclass that checks itself": textwrap.dedent("""\
+        @dataclasses.dataclass(frozen=True)
+        class BlockSizes:
+            block_q: int
+
+            def __post_init__(self):
+                if self.block_q % 128:
+                    raise ValueError(f"{self.block_q=} must be a multiple of 128")
+        """),
+}
+
+
+@pytest.mark.parametrize("name", list(REAL_PYTHON))
+def test_ordinary_python_of_real_kernels_passes(name):
+    header = ("import dataclasses\nimport functools\nfrom typing import NamedTuple\n\nimport jax\n"
+              "from jax.experimental import pallas as pl\n")
+    check_source(_module(REAL_PYTHON[name], header=header), expected_params=1, allow_pure_jax=False)
+
+
+def test_a_wrapper_of_a_jax_pallas_op_counts_as_a_kernel():
+    source = textwrap.dedent("""\
+        from jax.experimental.pallas.ops.tpu import flash_attention
+
+        def computation(q, k, v):
+            return flash_attention.flash_attention(q, k, v, causal=True)
+    """)
+    assert check_source(source, expected_params=3, allow_pure_jax=False).has_pallas_call
+
+
+@pytest.mark.parametrize(("snippet", "kind"), [
+    ("from jax.experimental.pallas.ops.tpu import _private  # <-", "forbidden_import"),
+    ("import jax.experimental.host_callback  # <-", "forbidden_import"),
+    ("from jax import ffi  # <-", "forbidden_attribute"),
+    ("def f(x):\n    return x.__class__.__subclasses__()  # <-", "forbidden_attribute"),
+    ("def f(x):\n    return jax.numpy._internal  # <-", "forbidden_attribute"),
+    ("class H:\n    pass\n\nh = H()\nh.x = 1  # <-", "monkeypatch"),
+    ("def f(obj):\n    obj.weights = None  # <-", "monkeypatch"),
+    ("class H:\n    def f(self):\n        jax.jit = None  # <-", "monkeypatch"),
+    ("d = jax.debug  # <-\n\ndef f(x):\n    return d.print('{}', x)", "forbidden_attribute"),
+    ("j = jax\n\ndef f(x):\n    return j.config  # <-", "forbidden_attribute"),
+    ("def f(x):\n    x.tofile('/tmp/x')  # <-", "forbidden_attribute"),
+])
+def test_what_real_python_still_may_not_do(snippet, kind):
+    _assert_rejected_at_mark(_module(snippet + "\n"), kind)
