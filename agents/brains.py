@@ -40,7 +40,7 @@ def make_brain(name: str, settings: Settings, budget: Budget, *, task: Task | No
         from agents.offline.brain import NotRecognised, offline_brain
 
         try:
-            return offline_brain(task, chip)
+            return offline_brain(task, chip, settings)
         except NotRecognised as exc:
             raise BrainUnavailable(f"the offline brain cannot write a kernel for {task.task_id}: {exc}. It writes "
                                    f"{FAMILIES}; for anything else use --brain anthropic") from exc

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from agents.subagents import TaskContext
+from storage.settings import Settings
 from tpu_runner.hardware import ChipSpec
-from tpu_runner.tasks import Task, abstract_configurations
+from tpu_runner.reference_data import production_configurations
+from tpu_runner.tasks import Task
 
 
-def task_context(task: Task, chip: ChipSpec) -> TaskContext:
-    configs = abstract_configurations(task)
+def task_context(task: Task, chip: ChipSpec, settings: Settings) -> TaskContext:
+    """The task's shapes come from the reference's sandboxed child: this process never runs the task's code."""
+    configs = production_configurations(task, settings)
     signature = "; ".join(f"computation({c.describe()})" for c in configs)
     hardware = (f"{chip.name}: peak {chip.peak_flops['bf16'] / 1e12:.0f} TFLOP/s bf16, HBM "
                 f"{chip.hbm_bandwidth / 1e9:.0f} GB/s, VMEM {chip.vmem_bytes / 2**20:.0f} MiB per core. "

@@ -24,7 +24,8 @@ from storage.models import KernelSession, SessionEvent
 from tpu_runner.hardware import get_chip
 from tpu_runner.jobs import JobContext, JobOutcome, JobRejected, job_kind
 from tpu_runner.reference_check import files_digest, write_task
-from tpu_runner.tasks import Task, TaskError, abstract_configurations, load_task
+from tpu_runner.reference_data import production_configurations
+from tpu_runner.tasks import Task, TaskError, load_task
 
 _engines: dict[str, Engine] = {}
 
@@ -52,7 +53,7 @@ def _advance(ctx: JobContext, payload: dict[str, Any], machine: type[AutoLoop]) 
                            task=task, chip=get_chip(target))
     except (TaskError, BrainUnavailable) as exc:
         raise JobRejected(str(exc)) from exc
-    _describe_task(engine, session_id, task)
+    _describe_task(engine, session_id, task, ctx)
     loop = build_loop(machine, engine=engine, brain=brain, task=task, chip=get_chip(target), settings=ctx.settings,
                       session_id=session_id, config=AutoConfig(max_iterations=int(budget.get("iterations", 5))),
                       spares=ctx.spares)
@@ -66,14 +67,14 @@ def _advance(ctx: JobContext, payload: dict[str, Any], machine: type[AutoLoop]) 
                               "best_speedup": outcome.best_speedup, "evaluations": outcome.evaluations}, then=then)
 
 
-def _describe_task(engine: Engine, session_id: str, task: Task) -> None:
+def _describe_task(engine: Engine, session_id: str, task: Task, ctx: JobContext) -> None:
     """Once per session, the task's input shapes as an event (the Slack thread shows them; `serve` runs no JAX)."""
     with Session(engine) as s:
         if s.exec(select(SessionEvent.id).where(SessionEvent.session_id == session_id,
                                                 SessionEvent.kind == "task_described")).first() is not None:
             return
     try:
-        shapes = "; ".join(c.describe() for c in abstract_configurations(task))
+        shapes = "; ".join(c.describe() for c in production_configurations(task, ctx.settings))
     except TaskError as exc:
         raise JobRejected(str(exc)) from exc
     with Session(engine) as s, s.begin():

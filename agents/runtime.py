@@ -14,7 +14,7 @@ from agents.context import task_context
 from storage.settings import Settings
 from tpu_runner.evaluate import EvalRequest, evaluate
 from tpu_runner.hardware import ChipSpec
-from tpu_runner.sandbox import SparePool
+from tpu_runner.spares import SparePool
 from tpu_runner.tasks import Task
 
 
@@ -23,7 +23,7 @@ def build_loop(machine: type[AutoLoop], *, engine: Engine, brain: Brain, task: T
                on_step: Callable[[str, dict[str, Any]], None] | None = None,
                spares: SparePool | None = None) -> AutoLoop:
     """An Auto loop or a HITL machine for this session, evaluating its candidates with the evaluator."""
-    return machine(engine=engine, brain=brain, ctx=task_context(task, chip), config=config, on_step=on_step,
+    return machine(engine=engine, brain=brain, ctx=task_context(task, chip, settings), config=config, on_step=on_step,
                    workdir=settings.artifacts_dir / "sessions" / session_id,
                    evaluate=lambda path, on_stage=None: evaluate(EvalRequest(task.path, path, chip.name), settings,
                                                                  spares=spares, on_stage=on_stage))

@@ -31,7 +31,7 @@ from tpu_runner.evaluate import EvalRequest, KernelFileError, evaluate
 from tpu_runner.hardware import UnknownTarget, get_chip
 from tpu_runner.jobs import evaluation_record
 from tpu_runner.result import EvalError
-from tpu_runner.sandbox import SparePool
+from tpu_runner.spares import SparePool
 from tpu_runner.tasks import Task, TaskError, load_task
 
 NODE_JOB = "search_node"
@@ -296,7 +296,7 @@ class NodeRunner:
             parent_eval = s.exec(select(Evaluation).where(Evaluation.candidate_id == parent.id)).first() \
                 if parent else None
             strategy = candidate.strategy or ""
-        ctx = task_context(task, get_chip(target))
+        ctx = task_context(task, get_chip(target), self.settings)
         try:
             brain = self.make_brain(record)
             if parent is None:

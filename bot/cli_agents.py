@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -10,6 +11,7 @@ import typer
 from sqlmodel import Session
 
 from bot.cli import AsJson, Target, console, err_console, get_settings, run_command
+from tpu_runner.spares import spare_pool
 
 _app = typer.Typer()
 
@@ -57,9 +59,12 @@ def run_auto(task_dir: Path, *, brain: str | None, budget: int, target: str | No
         if not quiet:
             err_console.print(line, soft_wrap=True)
 
-    loop = build_loop(AutoLoop, engine=engine, brain=brain_obj, task=task_obj, chip=chip, settings=settings,
-                      session_id=session_id, config=AutoConfig(max_iterations=budget), on_step=on_step)
-    outcome = loop.run(session_id)
+    # One pool for the session: the compile servers start once, and the next candidate's child while one runs.
+    with spare_pool(settings) as spares:
+        loop = build_loop(AutoLoop, engine=engine, brain=brain_obj, task=task_obj, chip=chip, settings=settings,
+                          session_id=session_id, config=AutoConfig(max_iterations=budget), on_step=on_step,
+                          spares=spares)
+        outcome = loop.run(session_id)
     best = outcome.best_result or {}
     summary = {"task": task_obj.task_id, "session_id": session_id, "target": chip.name,
                "verdict": best.get("verdict", "no_improvement"), "speedup": outcome.best_speedup,
@@ -113,6 +118,10 @@ def chat_command(
     or finish after each result."""
 
     def run() -> int:
+        with contextlib.ExitStack() as stack:
+            return session(stack)
+
+    def session(stack: contextlib.ExitStack) -> int:
         from rich.markdown import Markdown
 
         from agents.auto import AutoLoop
@@ -146,9 +155,10 @@ def chat_command(
             else:
                 err_console.print(f"{kind} done", soft_wrap=True)
 
+        spares = stack.enter_context(spare_pool(settings))
         common: dict[str, Any] = {"engine": engine, "brain": brain_obj, "task": task_obj, "chip": chip,
                                   "settings": settings, "session_id": session_id,
-                                  "config": AutoConfig(max_iterations=budget), "on_step": show}
+                                  "config": AutoConfig(max_iterations=budget), "on_step": show, "spares": spares}
         hitl = build_loop(HitlMachine, **common)
         console.print(f"session {session_id}: {task_obj.task_id} on {chip.name}")
         while True:

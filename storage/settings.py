@@ -33,6 +33,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("KERNELBOT_EVAL_WORKERS", "`2`", "parallel evaluations"),
     Variable("KERNELBOT_EVAL_TIMEOUT", "`300`", "wall-clock seconds per evaluation"),
     Variable("KERNELBOT_EVAL_MEMORY_MIB", "`8192`", "resident memory per evaluation"),
+    Variable("KERNELBOT_FULL_CHECK_ELEMENTS", "`8388608`", "correctness runs at the production shapes when their "
+             "inputs and outputs hold at most this many elements (and the FLOPs below), else at smaller shapes"),
+    Variable("KERNELBOT_FULL_CHECK_GFLOPS", "`20`", "the reference GFLOPs up to which production shapes are checked"),
     Variable("KERNELBOT_STATIC_PROFILE", "`fast`", "`fast` or `exact` libtpu static cycle profile"),
     Variable("KERNELBOT_DATABASE_URL", "SQLite at `$KERNELBOT_HOME/kernelbot.db`",
              "e.g. `postgresql://user@host/kernelbot` (psycopg 3)", secret=True),
@@ -97,6 +100,10 @@ class EvalLimits:
     # Interpret mode costs a few ms per grid step on a CPU; above this many steps per call a
     # correctness configuration is too expensive and a smaller one is derived.
     interpret_grid_steps: int = 4096
+    # Correctness runs at the production shapes themselves when they fit these (inputs and outputs together,
+    # and the reference's FLOPs), and at smaller shapes that keep the kernel's blocks otherwise.
+    full_check_elements: int = 1 << 23
+    full_check_gflops: float = 20.0
 
 
 @dataclass(frozen=True)
@@ -206,14 +213,14 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Settings from `env` (the process environment when None, which also looks for the default config file)."""
     env, config_file = _sources(os.environ if env is None else env, look_for_default_file=env is None)
     home = Path(env.get("KERNELBOT_HOME") or platformdirs.user_data_dir("kernelbot")).expanduser()
+    wall_seconds = _int(env, "KERNELBOT_EVAL_TIMEOUT", EvalLimits.wall_seconds)
     limits = EvalLimits(
-        wall_seconds=_int(env, "KERNELBOT_EVAL_TIMEOUT", EvalLimits.wall_seconds),
+        wall_seconds=wall_seconds,
+        cpu_seconds=max(EvalLimits.cpu_seconds, 3 * wall_seconds),
         memory_mib=_int(env, "KERNELBOT_EVAL_MEMORY_MIB", EvalLimits.memory_mib, minimum=512),
-    )
-    limits = EvalLimits(
-        wall_seconds=limits.wall_seconds,
-        cpu_seconds=max(EvalLimits.cpu_seconds, 3 * limits.wall_seconds),
-        memory_mib=limits.memory_mib,
+        full_check_elements=_int(env, "KERNELBOT_FULL_CHECK_ELEMENTS", EvalLimits.full_check_elements, minimum=0),
+        full_check_gflops=float(_int(env, "KERNELBOT_FULL_CHECK_GFLOPS", int(EvalLimits.full_check_gflops),
+                                     minimum=0)),
     )
     return Settings(
         home=home,

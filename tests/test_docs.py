@@ -136,7 +136,7 @@ def _error_kinds() -> set[str]:
         text = source.read_text()
         for pattern in (r"_violation\(\"([a-z_]+)\"", r"EvalError\(\s*(?:kind=)?\"([a-z_]+)\"",
                         r"default_kind=\"([a-z_]+)\"", r"self\.fail\(\"[a-z]+\", exc, \"([a-z_]+)\"\)",
-                        r"\"SIG[A-Z]+\": \"([a-z_]+)\""):
+                        r"\"SIG[A-Z]+\": \"([a-z_]+)\"", r"(?<!self\.)_fail\(\"([a-z_]+)\"", r"_LIMIT = \"([a-z_]+)\""):
             kinds.update(re.findall(pattern, text))
     return kinds
 

@@ -1,46 +1,56 @@
-"""The sandboxed evaluation process: `python -m tpu_runner.child REQUEST.json`.
+"""The candidate's sandboxed process: `python -m tpu_runner.child REQUEST.json` (through sandbox_entry).
 
-Runs stages lower -> compile -> correctness -> performance -> profile for one candidate and writes
-`child_result.json` beside the request. The current stage is written to a small file first, so that the
-parent can tell where a child that hung or was killed had got to. The parent never imports candidate code;
-this process does, and exits after one candidate.
+Imports the candidate (and, for shapes only, the task's reference), then for every production configuration
+traces it for the TPU target, applies the policy checks the traced program shows (kernels, callbacks,
+aliasing), checks that the production grid writes every output element, and exports the program for the
+compile servers. It then picks the shapes to check (`checkshapes`), runs the candidate there on
+evaluator-owned inputs - in Pallas TPU interpret mode on a host without the target TPU - and saves the outputs
+as files. Nothing here decides a verdict: outputs are compared, and the exported programs compiled, by
+processes that never ran the candidate. A report (`protocol.CandidateReport`) says what was done; the current
+stage is written to a small file first, so the parent can tell where a child that hung or was killed had got to.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
-import json
 import os
 import sys
 import time
-from dataclasses import asdict
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import jax
 
-from tpu_runner import jaxpr_walk
-from tpu_runner.compile import CompileReport, StaticProfile, compile_lowered, target_sharding, trace
-from tpu_runner.correctness import CandidateFailed, check_configuration
-from tpu_runner.derive import derive_configurations
+from tpu_runner import integrity, jaxpr_walk
+from tpu_runner.arrays import save_outputs
+from tpu_runner.checkshapes import CheckShape, Production, choose
+from tpu_runner.correctness import run_candidate_case
+from tpu_runner.coverage import output_coverage
 from tpu_runner.errors import from_exception
 from tpu_runner.hardware import ChipSpec, get_chip
+from tpu_runner.inputs import EVALUATOR_CASES
 from tpu_runner.ir import ir_digest
-from tpu_runner.performance import MismatchWhileTiming, estimated_performance, measured_performance
-from tpu_runner.profile import summarise
-from tpu_runner.result import Correctness, EvalError
+from tpu_runner.protocol import CandidateReport, CandidateRequest, CaseOutput, CheckReport, ProgramReport, write_json
+from tpu_runner.result import EvalError
+from tpu_runner.structure import program_form
 from tpu_runner.tasks import (
     Configuration,
     Task,
     TaskError,
     abstract_configurations,
     concrete_configurations,
+    config_to_json,
     has_test_inputs,
     import_reference,
+    integer_inputs,
     load_task,
+    with_integer_ranges,
+    with_values,
 )
-from tpu_runner.traffic import pallas_traffic
+from tpu_runner.traffic import pallas_traffic, traffic_to_json
 
 
 class StageFailure(Exception):
@@ -49,23 +59,40 @@ class StageFailure(Exception):
         self.stage, self.error, self.verdict = stage, error, verdict
 
 
-class Child:
-    def __init__(self, request: dict[str, Any]):
+@contextlib.contextmanager
+def target_context(chip: ChipSpec, on_device: bool) -> Iterator[None]:
+    """Trace as for the target TPU: on a host without it, an abstract mesh of that device kind, so that code
+    asking for the TPU's generation (`pltpu.get_tpu_info()`) gets the target's, with no libtpu needed."""
+    if on_device:
+        yield
+        return
+    mesh = jax.sharding.AbstractMesh(
+        (1,), ("x",), axis_types=(jax.sharding.AxisType.Auto,),
+        abstract_device=jax.sharding.AbstractDevice(device_kind=chip.device_kind, num_cores=1, platform="tpu"))
+    with jax.sharding.use_abstract_mesh(mesh):
+        yield
+
+
+def _abstract(config: Configuration) -> list[Any]:
+    import numpy as np
+
+    return [jax.ShapeDtypeStruct(a.shape, np.dtype(a.dtype)) for a in config.dynamic] + list(config.static)
+
+
+class CandidateChild:
+    def __init__(self, request: CandidateRequest):
         self.request = request
-        self.workdir = Path(request["workdir"])
-        self.artifacts = Path(request["artifacts_dir"])
-        self.cache_dir = Path(request["cache_dir"])
-        self.candidate_path = request["kernel_path"]
-        self.chip: ChipSpec = get_chip(request["target"])
-        self.profile = StaticProfile(Path(request["llo_dump_dir"]) if request.get("llo_dump_dir") else None)
-        self.mode = request.get("static_profile", "fast")
+        self.workdir = Path(request.workdir)
+        self.artifacts = Path(request.artifacts_dir)
+        self.outputs = self.workdir / "outputs"
+        self.candidate_path = request.kernel_path
+        self.chip: ChipSpec = get_chip(request.target)
         # On a TPU of the target's generation the candidate runs and is timed on it; `measure` asks for the
         # same measured path on whatever backend this is (the tests use it on the CPU backend).
         self.on_device = False
-        self.measured = bool(request.get("measure"))
-        self.timings: dict[str, float] = {}
-        self.notes: list[str] = []
-        self.ir_hash: str | None = None
+        self.measured = request.measure
+        self.report = CandidateReport(stage="load", sandbox=os.environ.get("KERNELBOT_SANDBOX", "not sandboxed"))
+        self._stage, self._t0 = "load", time.perf_counter()
 
     # -- bookkeeping ------------------------------------------------------------------------------------------
     def enter(self, stage: str) -> None:
@@ -73,7 +100,8 @@ class Child:
         self._stage, self._t0 = stage, time.perf_counter()
 
     def leave(self) -> None:
-        self.timings[self._stage] = self.timings.get(self._stage, 0.0) + time.perf_counter() - self._t0
+        timings = self.report.timings
+        timings[self._stage] = timings.get(self._stage, 0.0) + time.perf_counter() - self._t0
 
     def fail(self, stage: str, exc: BaseException, default_kind: str | None = None) -> StageFailure:
         return StageFailure(stage, from_exception(exc, stage=stage, candidate_path=self.candidate_path,
@@ -94,7 +122,7 @@ class Child:
 
     def check_policy(self, jaxpr: Any, task: Task) -> None:
         """What the traced program shows that the source did not: kernels, callbacks, aliasing."""
-        if not task.allow_pure_jax and not request_allows_pure_jax(self.request) and not jaxpr_walk.pallas_calls(jaxpr):
+        if not (task.allow_pure_jax or self.request.allow_pure_jax) and not jaxpr_walk.pallas_calls(jaxpr):
             raise StageFailure("static", EvalError("no_pallas_call", "the traced computation contains no pallas_call: "
                                "the Pallas code is never reached, so this is not a kernel"), "rejected")
         found = jaxpr_walk.callbacks(jaxpr)
@@ -106,183 +134,177 @@ class Child:
             raise StageFailure("static", EvalError("input_output_alias", f"{', '.join(aliased)} aliases inputs to "
                                "outputs (input_output_aliases); this task does not allow it"), "rejected")
 
-    def compile_candidate(self, fn: Any, configs: list[Configuration], task: Task) -> list[dict[str, Any]]:
-        """Lower every configuration, pass the IR gate, then compile each one."""
-        lowered_all = [self.lower_configuration(fn, config, i, task) for i, config in enumerate(configs)]
-        self.ir_hash = ir_digest([lowered.as_text() for lowered, _, _, _ in lowered_all])
-        self.pass_ir_gate()
-        reports = []
-        for i, (lowered, traffic, limits, lower_seconds) in enumerate(lowered_all):
-            self.enter("compile")
-            try:
-                report = compile_lowered(lowered, self.profile, lower_seconds=lower_seconds,
-                                         keep_in=self.artifacts / "llo", label=f"candidate.config{i}")
-            except Exception as exc:
-                raise self.fail("compile", exc) from exc
-            self.leave()
-            if len(limits) != len(traffic.calls):
-                limits = [None] * len(traffic.calls)
-            reports.append({"report": report, "traffic": traffic, "vmem_limits": limits, "ir_hash": self.ir_hash})
-        return reports
-
-    def lower_configuration(self, fn: Any, config: Configuration, i: int, task: Task) -> tuple[Any, Any, list, float]:
+    def production_program(self, fn: Any, config: Configuration, i: int, task: Task) -> tuple[Production, str]:
+        """Trace, check and export the candidate at one production configuration; returns its lowered text."""
         self.enter("lower")
-        try:
-            traced = trace(fn, config, target_sharding(self.chip))
-        except Exception as exc:
-            raise self.fail("lower", exc) from exc
-        self.check_policy(traced.jaxpr, task)
-        traffic = pallas_traffic(traced.jaxpr)
-        limits = [jaxpr_walk.vmem_limit(e) for e in jaxpr_walk.pallas_calls(traced.jaxpr)]
-        try:
-            t0 = time.perf_counter()
-            lowered = traced.lower()
-            lower_seconds = time.perf_counter() - t0
-        except Exception as exc:
-            failed = self.fail("lower", exc)
-            kernels = jaxpr_walk.kernel_definitions(traced.jaxpr, self.candidate_path)
-            if failed.error.line is None and len(kernels) == 1:
-                # Kernel bodies keep no usable traceback; the kernel's own definition is the next best place.
-                name, line = kernels[0]
-                failed.error = EvalError(failed.error.kind, f"{failed.error.detail}\n(in kernel {name}, defined "
-                                         f"at line {line})", line, failed.error.stage)
-            raise failed from exc
-        (self.artifacts / f"candidate.config{i}.stablehlo.mlir").write_text(lowered.as_text())
+        with target_context(self.chip, self.on_device):
+            try:
+                jaxpr = jax.make_jaxpr(fn, static_argnums=config.static_argnums)(*_abstract(config))
+            except Exception as exc:
+                raise self.fail("lower", exc) from exc
+            self.check_policy(jaxpr, task)
+            traffic = pallas_traffic(jaxpr)
+            coverage = output_coverage(jaxpr)
+            try:
+                dynamic = _abstract(config)[: len(config.dynamic)]
+                jitted = jax.jit(lambda *d: fn(*d, *config.static))
+                exported = jax.export.export(jitted, platforms=["tpu"])(*dynamic)
+            except Exception as exc:
+                failed = self.fail("lower", exc)
+                kernels = jaxpr_walk.kernel_definitions(jaxpr, self.candidate_path)
+                if failed.error.line is None and len(kernels) == 1:
+                    # Kernel bodies keep no usable traceback; the kernel's own definition is the next best place.
+                    name, line = kernels[0]
+                    failed.error = EvalError(failed.error.kind, f"{failed.error.detail}\n(in kernel {name}, defined "
+                                             f"at line {line})", line, failed.error.stage)
+                raise failed from exc
+        if coverage.missing:
+            raise StageFailure("correctness", EvalError(
+                "partial_output", f"at the production shapes ({config.describe()}) part of the output is never "
+                f"written: {'; '.join(coverage.missing)}. Every element of every output must be written by some "
+                "grid step (grid and output BlockSpec)."), "incorrect")
+        self.report.coverage_unchecked.extend(coverage.unchecked)
+        text = exported.mlir_module()
+        (self.artifacts / f"candidate.config{i}.stablehlo.mlir").write_text(text)
+        name = f"candidate.config{i}.exported"
+        (self.workdir / name).write_bytes(exported.serialize())
+        self.report.programs.append(ProgramReport(
+            config=config_to_json(config), exported=name, traffic=traffic_to_json(traffic),
+            vmem_limits=[jaxpr_walk.vmem_limit(e) for e in jaxpr_walk.pallas_calls(jaxpr)],
+            kernels=jaxpr_walk.kernel_definitions(jaxpr, self.candidate_path)))
         self.leave()
-        return lowered, traffic, limits, lower_seconds
+        return Production(config, jaxpr, traffic, program_form(jaxpr)), text
 
     def pass_ir_gate(self) -> None:
         """With an IR gate, tell the parent the normalised IR digest and wait for go/stop: a search stops here
         a candidate whose program it has already evaluated, before any compile."""
-        if not self.request.get("ir_gate"):
+        if not self.request.ir_gate:
             return
-        (self.workdir / "ir_hash").write_text(self.ir_hash)
+        assert self.report.ir_hash is not None
+        (self.workdir / "ir_hash").write_text(self.report.ir_hash)
         answer = sys.stdin.readline().strip()
         if answer != "go":
             detail = answer.removeprefix("stop").strip() or "an earlier candidate"
             raise StageFailure("lower", EvalError("duplicate_ir", f"this candidate lowers to the same program as "
                                f"{detail}; it is not evaluated again"), "duplicate")
 
-    def reference_costs(self, task: Task, ref_fn: Any, configs: list[Configuration]) -> list[dict[str, Any]]:
-        """Compile the reference under the same options; cached per task, target and toolchain."""
-        key = f"{task.task_id}-{task.digest}-{self.chip.name}-{self.mode}-jax{jax.__version__}.json"
-        path = self.cache_dir / "reference" / key
-        if path.is_file():
-            return json.loads(path.read_text())
-        sharding = target_sharding(self.chip)
-        out = []
-        for config in configs:
-            traced = trace(ref_fn, config, sharding)
-            t0 = time.perf_counter()
-            lowered = traced.lower()
-            report: CompileReport = compile_lowered(lowered, self.profile, lower_seconds=time.perf_counter() - t0)
-            out.append({"cycles": report.cycles, "ops": report.ops, "cost": report.cost,
-                        "compile_seconds": report.compile_seconds})
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(out))
-        tmp.replace(path)
-        return out
+    def check_shapes(self, task: Task, ref_fn: Any, cand_fn: Any, production: list[Production]) -> list[CheckShape]:
+        tests = concrete_configurations(task, "get_test_inputs") if has_test_inputs(task) else []
+        tests = [Configuration(c.dynamic, c.static) for c in tests]  # values are re-read by name where used
+        with target_context(self.chip, self.on_device):
+            checks, notes = choose(production=production, tests=tests, ref_fn=ref_fn, cand_fn=cand_fn,
+                                   budget=self.request.budget,
+                                   int_ranges=[[a.int_range for a in p.config.dynamic] for p in production])
+        self.report.notes.extend(notes)
+        return checks
 
-    def correctness(self, task: Task, ref_fn: Any, cand_fn: Any, prod: list[Configuration]) -> Correctness:
-        if has_test_inputs(task):
-            configs = concrete_configurations(task, "get_test_inputs")
-            names = [f"test[{i}]" for i in range(len(configs))]
-        else:
-            configs, names, notes = derive_configurations(task, prod, ref_fn, cand_fn,
-                                                          self.request["interpret_grid_steps"])
-            self.notes.extend(notes)
-            if not configs:
-                return Correctness(status="not_checked", notes=notes)
-        cases = []
-        interpret = not self.on_device
-        for i, (name, config) in enumerate(zip(names, configs, strict=True)):
-            atol, rtol = task.tolerance(i)
-            try:
-                cases += check_configuration(name=name, config=config, reference=ref_fn, candidate=cand_fn,
-                                             atol=atol, rtol=rtol, interpret=interpret,
-                                             candidate_path=self.candidate_path)
-            except CandidateFailed as failed:
-                raise StageFailure("correctness", failed.error) from failed
-        passed = [c for c in cases if c.status == "passed"]
-        if not passed:
-            return Correctness(status="not_checked", cases=cases,
-                               notes=["the reference was not finite on any evaluator input"])
-        return Correctness(status="passed", cases=cases,
-                           max_abs_err=max(c.max_abs_err or 0.0 for c in passed),
-                           max_rel_err=max(c.max_rel_err or 0.0 for c in passed),
-                           notes=list(self.notes))
+    def run_checks(self, task: Task, cand_fn: Any, checks: list[CheckShape]) -> None:
+        self.outputs.mkdir(parents=True, exist_ok=True)
+        twice = True
+        failed = False
+        for check in checks:
+            values_from = (f"production:{check.name.split('[')[1].rstrip(']')}" if check.production
+                           else f"test:{check.name.split('[')[1].rstrip(']')}" if check.name.startswith("test")
+                           else None)
+            config = with_values(task, check.config, values_from)
+            entry = CheckReport(name=check.name, config=config_to_json(check.config), values_from=values_from,
+                                why=check.why, differs=check.differs, production=check.production)
+            self.report.checks.append(entry)
+            for case in EVALUATOR_CASES:
+                if failed:
+                    break
+                label = f"{check.name}/{case.name}"
+                with target_context(self.chip, self.on_device):
+                    ran = run_candidate_case(label=label, config=config, candidate=cand_fn, case=case,
+                                             interpret=not self.on_device, candidate_path=self.candidate_path,
+                                             twice=twice)
+                if ran is None:
+                    continue
+                twice = False
+                out = CaseOutput(case=case.name)
+                if ran.error is not None:
+                    out.error = ran.error.to_json()
+                    failed = True  # the judge stops at the first failure; later cases are not needed
+                else:
+                    assert ran.outputs is not None
+                    out.outputs = f"{check.name}.{case.name}.npz"
+                    save_outputs(self.outputs / out.outputs, ran.outputs.tree, list(ran.outputs.leaves))
+                    if ran.again is not None:
+                        out.again = f"{check.name}.{case.name}.again.npz"
+                        save_outputs(self.outputs / out.again, ran.again.tree, list(ran.again.leaves))
+                entry.cases.append(out)
+
+    def time_on_this_host(self, task: Task, ref_fn: Any, cand_fn: Any, prod: list[Configuration]) -> None:
+        from tpu_runner.inputs import Case, case_inputs
+        from tpu_runner.measure import measure_pair
+
+        config = prod[0]
+        atol, rtol = task.tolerance(0)
+        input_sets = [case_inputs(config, Case(f"timing{i}", "normal", 7 + i)) for i in range(3)]
+        pair = measure_pair(reference=ref_fn, candidate=cand_fn, input_sets=input_sets,  # type: ignore[arg-type]
+                            static=config.static, trace_dir=self.artifacts / "trace", atol=atol, rtol=rtol)
+        self.report.measured = {
+            "candidate_ms": pair.candidate.median_ms, "reference_ms": pair.reference.median_ms,
+            "candidate_spread_ms": pair.candidate.spread_ms, "reference_spread_ms": pair.reference.spread_ms,
+            "iterations": len(pair.candidate.samples_ms), "source": pair.candidate.source,
+            "device": jax.devices()[0].device_kind, "mismatches": pair.mismatches[:3],
+            "configuration": config.describe(), "on_device": self.on_device,
+        }
 
     def detect_device(self) -> None:
-        if self.request["host"] != "tpu":
+        if self.request.host != "tpu":
             return
         kind = jax.devices()[0].device_kind
         self.on_device = kind == self.chip.device_kind
         if self.on_device:
             self.measured = True
         else:
-            self.notes.append(f"this host's accelerator is {kind!r}, not the target {self.chip.device_kind!r}: "
-                              "checked in interpret mode and estimated")
+            self.report.notes.append(f"this host's accelerator is {kind!r}, not the target "
+                                     f"{self.chip.device_kind!r}: checked in interpret mode and estimated")
 
-    def run(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"timings": self.timings, "notes": self.notes}
+    def run(self) -> CandidateReport:
+        report = self.report
         try:
             self.enter("load")
             self.detect_device()
-            task = load_task(self.request["task_dir"])
+            task = load_task(self.request.task_dir)
             ref_fn = import_reference(task).computation
-            prod = abstract_configurations(task)
+            prod = with_integer_ranges(abstract_configurations(task), integer_inputs(task))
             self.leave()
             self.enter("lower")
+            snapshot = integrity.take_snapshot()
             cand_fn = self.import_candidate().computation
             self.leave()
-            cand = self.compile_candidate(cand_fn, prod, task)
-            self.enter("reference")  # its own stage: libtpu aborting here is the task's problem, not the candidate's
-            ref = self.reference_costs(task, ref_fn, prod)
-            self.leave()
+            programs = [self.production_program(cand_fn, config, i, task) for i, config in enumerate(prod)]
+            production = [p for p, _ in programs]
+            report.ir_hash = ir_digest([text for _, text in programs])
+            self.pass_ir_gate()
             self.enter("correctness")
-            correctness = self.correctness(task, ref_fn, cand_fn, prod)
-            out["correctness"] = asdict(correctness)
+            self.run_checks(task, cand_fn, self.check_shapes(task, ref_fn, cand_fn, production))
             self.leave()
-            self.enter("performance")
             if self.measured:
-                try:
-                    perf, profile = measured_performance(
-                        self.chip, task, prod, cand, ref, ref_fn, cand_fn, trace_dir=self.artifacts / "trace",
-                        on_device=self.on_device)
-                except MismatchWhileTiming as mismatch:
-                    raise StageFailure("performance", mismatch.error, "incorrect") from mismatch
-                if not self.on_device:
-                    self.notes.append(f"measured on {perf.detail['device']}, not on a {self.chip.name}: the times "
-                                      "are not TPU times")
-            else:
-                perf, profile = estimated_performance(self.chip, self.mode, prod, cand, ref)
-            out["performance"] = asdict(perf)
-            self.leave()
-            self.enter("profile")
-            profile["summary"] = summarise(profile)
-            out["profile"] = profile
-            self.leave()
-            out["stage"] = "done"
+                self.enter("performance")
+                self.time_on_this_host(task, ref_fn, cand_fn, prod)
+                self.leave()
+            changed = integrity.changes_since(snapshot)
+            if changed:
+                raise StageFailure("static", EvalError("harness_tamper", "the candidate changed functions the "
+                                   f"evaluation relies on: {', '.join(changed[:8])}"), "rejected")
+            report.stage = "done"
         except TaskError as exc:
-            out["task_error"] = str(exc)
+            report.task_error = str(exc)
         except StageFailure as failed:
-            out.update(stage=failed.stage, error=failed.error.to_json(), verdict=failed.verdict)
-        out["ir_hash"] = self.ir_hash
-        return out
-
-
-def request_allows_pure_jax(request: dict[str, Any]) -> bool:
-    return bool(request.get("allow_pure_jax"))
+            report.stage, report.error, report.verdict = failed.stage, failed.error.to_json(), failed.verdict
+        return report
 
 
 def main(argv: list[str]) -> int:
+    # The compile servers run this same JAX: no forward-compatible lowering is needed, and without it Mosaic keeps
+    # source locations out of the kernel's body, so programs that differ only in names or lines digest alike.
+    jax.config.update("jax_export_ignore_forward_compatibility", True)
     request_path = Path(argv[1])
-    request = json.loads(request_path.read_text())
-    result = Child(request).run()
-    tmp = request_path.with_name("child_result.json.tmp")
-    tmp.write_text(json.dumps(result, default=float))
-    tmp.replace(request_path.with_name("child_result.json"))
+    report = CandidateChild(CandidateRequest.read(request_path)).run()
+    write_json(request_path.with_name("child_result.json"), report)
     return 0
 
 

@@ -25,7 +25,8 @@ from storage.runners import deregister_runner, heartbeat_runner, register_runner
 from storage.sessions import set_session_status
 from storage.settings import Settings
 from tpu_runner.jobs import JOB_KINDS, JobContext, JobRejected
-from tpu_runner.sandbox import SparePool, kill_running_children
+from tpu_runner.sandbox import kill_running_children
+from tpu_runner.spares import SparePool
 
 log = logging.getLogger("kernelbot.runner")
 

@@ -66,3 +66,37 @@ def from_exception(exc: BaseException, *, stage: str, candidate_path: str,
     if len(detail) > 4000:  # compiler errors can be huge; keep head and tail, where the useful parts are
         detail = detail[:2500] + "\n...\n" + detail[-1400:]
     return EvalError(kind=kind, detail=detail, line=candidate_line(exc, candidate_path), stage=stage)
+
+
+# Where Pallas's TPU interpret mode lives: an internal error raised there, on a construct it cannot simulate, is
+# the simulator's limit, not the kernel's bug (on a TPU the kernel would simply run).
+_INTERPRETER_FILES = ("jax/_src/pallas/mosaic/interpret", "jax/_src/pallas/primitives.py",
+                      "jax/_src/pallas/mosaic/primitives.py", "jax/_src/state/discharge.py")
+_INTERNAL_ERRORS = (AttributeError, NotImplementedError, TypeError, KeyError)
+
+
+_CALLBACK_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+_CALLBACK_ERROR = re.compile(r"^(\w+Error|\w+Exception): (.*)$", re.MULTILINE)
+
+
+def interpreter_limitation(exc: BaseException) -> str | None:
+    """A one-line description when `exc` is interpret mode failing on its own internals, else None.
+
+    The simulator runs kernel bodies through host callbacks, so its own errors often arrive as a runtime error
+    whose message carries the callback's traceback as text; both forms are read."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if isinstance(exc, _INTERNAL_ERRORS) and frames:
+        where, name, text = (frames[-1].filename, frames[-1].lineno), type(exc).__name__, str(exc)
+    else:
+        message = str(exc)
+        found = _CALLBACK_FRAME.findall(message)
+        errors = _CALLBACK_ERROR.findall(message)
+        if "CpuCallback error" not in message or not found or not errors:
+            return None
+        where, (name, text) = (found[-1][0], int(found[-1][1])), errors[-1]
+        if name not in {e.__name__ for e in _INTERNAL_ERRORS}:
+            return None
+    if not any(part in where[0] for part in _INTERPRETER_FILES):
+        return None
+    return (f"Pallas TPU interpret mode cannot simulate this kernel ({name}: {text[:200]} in "
+            f"{where[0].rsplit('site-packages/', 1)[-1]}:{where[1]}); its correctness can only be checked on a TPU")

@@ -1,11 +1,18 @@
-"""The evaluation pipeline, parent side: static check here, every other stage in a sandboxed child.
+"""The evaluation pipeline, parent side: the static check here, everything else in processes it supervises.
 
-The parent never imports candidate code. It turns the child's report - or the way the child ended
-(timeout, memory limit, crash) - into one EvalResult, renders the profile chart and keeps the artifacts.
+- the reference's child (`reference_run`, cached by `reference_data`): the task's production shapes, its
+  exported programs and its outputs on evaluator-owned inputs; it never sees the candidate;
+- the candidate's child (`child`): traces, checks and exports the candidate, runs it at the check shapes and
+  saves the outputs; it can write only its own work directory;
+- the compile servers (`compile_service`): compile both programs for the target with libtpu and its static
+  profiler, apart from each other, so a profiler abort costs the estimate its cycles, never the verdict.
+This process compares the outputs (numpy only), builds the estimate from the compilers' answers and gives the
+verdict. It never imports candidate or task code.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import threading
@@ -18,20 +25,22 @@ from pathlib import Path
 from typing import Any
 
 from storage.settings import Settings
+from tpu_runner.arrays import load_outputs
 from tpu_runner.chart import render_profile_chart
-from tpu_runner.hardware import get_chip
-from tpu_runner.result import (
-    VERDICT_FOR_STAGE,
-    Correctness,
-    CorrectnessCase,
-    EvalError,
-    EvalResult,
-    Performance,
-    failure,
-)
-from tpu_runner.sandbox import ChildOutcome, Gate, SparePool, child_environment
+from tpu_runner.compile_service import CompileAnswer, CompileService
+from tpu_runner.correctness import CandidateFailed, CandidateRun, Judge, ReferenceRun
+from tpu_runner.hardware import ChipSpec, get_chip
+from tpu_runner.inputs import EVALUATOR_CASES
+from tpu_runner.performance import CandidateProgram, estimated_performance, measured_performance
+from tpu_runner.profile import summarise
+from tpu_runner.protocol import Budget, CandidateReport, CandidateRequest, CheckReport, OutputJob, write_json
+from tpu_runner.reference_data import ReferenceStore, output_key
+from tpu_runner.result import Correctness, CorrectnessCase, EvalError, EvalResult, failure
+from tpu_runner.sandbox import ChildOutcome, Gate, child_environment
+from tpu_runner.spares import SparePool
 from tpu_runner.static_check import StaticViolation, check_source
-from tpu_runner.tasks import Task, TaskError, load_task
+from tpu_runner.tasks import Task, TaskError, config_from_json, load_task
+from tpu_runner.traffic import traffic_from_json
 
 
 class KernelFileError(ValueError):
@@ -58,33 +67,9 @@ def _new_eval_id(task: Task) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{task.task_id}-{uuid.uuid4().hex[:6]}"
 
 
-# How libtpu's fatal log lines start: a failed internal check, or the static profiler refusing the program.
-LIBTPU_ABORT_SIGNS = ("Check failed", "LLO_CHECK", "Static LLO profiling of")
-
-
-def _libtpu_checks(outcome: ChildOutcome) -> list[str]:
-    """The internal checks libtpu names when it aborts the process (none if it did not abort)."""
-    if outcome.signal_name != "SIGABRT":
-        return []
-    return list(dict.fromkeys(line for line in outcome.stderr_tail.splitlines()
-                              if any(sign in line for sign in LIBTPU_ABORT_SIGNS)))
-
-
-def _reference_crash(outcome: ChildOutcome, task: Task, target: str) -> TaskError | None:
-    """libtpu aborting while it compiles the task's reference (after the candidate compiled): no candidate of this
-    task can be evaluated on this target, whatever it is, so the task is refused rather than the candidate."""
-    checks = _libtpu_checks(outcome)
-    if outcome.stage != "reference" or not checks:
-        return None
-    return TaskError(f"libtpu aborted while compiling the reference of task {task.task_id} for {target} (an "
-                     "internal check failed on the reference's program, not on the candidate's), so no candidate "
-                     "can be compared with it on this target. Try another target, or write the reference's "
-                     "computation another way (e.g. other block-friendly shapes):\n" + "\n".join(checks)[-2000:])
-
-
 def _outcome_error(outcome: ChildOutcome, limits_wall: int, memory_mib: int) -> tuple[str, EvalError]:
-    stage = {"reference": "compile"}.get(outcome.stage or "", outcome.stage or "")
-    stage = stage if stage in ("lower", "compile", "correctness", "performance", "profile") else "lower"
+    stage = outcome.stage or ""
+    stage = stage if stage in ("lower", "correctness", "performance") else "lower"
     if outcome.timed_out:
         return stage, EvalError("timeout", f"the evaluation did not finish within {limits_wall} s (it was in the "
                                 f"{stage} stage); a kernel that hangs or a grid far too large for this check")
@@ -92,46 +77,51 @@ def _outcome_error(outcome: ChildOutcome, limits_wall: int, memory_mib: int) -> 
         return stage, EvalError("memory_limit", f"the evaluation used more than {memory_mib} MiB of memory in the "
                                 f"{stage} stage and was stopped")
     sig = outcome.signal_name
-    checks = _libtpu_checks(outcome)
-    if stage in ("lower", "compile") and checks:
-        # libtpu aborts the process when an internal check fails on the candidate's program.
-        return stage, EvalError("compiler_crash", "libtpu aborted while compiling this candidate (an internal check "
-                                "failed, or its static profiler refused the program); rewrite the construct it "
-                                "names:\n" + "\n".join(checks)[-2000:])
     kind = {"SIGXCPU": "cpu_time_limit", "SIGXFSZ": "output_limit"}.get(sig or "", "crashed")
     tail = "\n".join(outcome.stderr_tail.strip().splitlines()[-25:])
     how = f"killed by {sig}" if sig else f"exited with status {outcome.returncode}"
     return stage, EvalError(kind, f"the evaluation process {how} in the {stage} stage without a result.\n{tail}")
 
 
-def _from_child(report: dict[str, Any], *, task: Task, target: str, host: str) -> EvalResult:
-    corr = report.get("correctness")
-    correctness = None
-    if corr:
-        corr = dict(corr)
-        corr["cases"] = [CorrectnessCase(**c) for c in corr.get("cases", [])]
-        correctness = Correctness(**corr)
-    extra: dict[str, Any] = {"correctness": correctness, "notes": list(report.get("notes", [])),
-                             "timings": dict(report.get("timings", {})), "ir_hash": report.get("ir_hash")}
-    if report.get("error"):
-        err = report["error"]
-        error = EvalError(err["kind"], err["detail"], err.get("line"), err.get("stage"))
-        return failure(task=task.task_id, target=target, host=host, stage=report["stage"], error=error,  # type: ignore[arg-type]
-                       verdict=report.get("verdict"), **extra)
-    perf = Performance(**report["performance"])
-    assert correctness is not None
-    verdict = "ok" if correctness.status == "passed" else "unverified"
-    message = (f"{verdict}: x{perf.speedup:.2f} vs reference ({perf.method}: {perf.candidate:.4g} ms vs "
-               f"{perf.reference:.4g} ms on {target}), {perf.roofline_fraction or 0:.0%} of roofline")
-    if verdict == "unverified":
-        message += "; correctness was not checked: " + "; ".join(correctness.notes)[:300]
-    if perf.flags:
-        message += f"; flagged: {', '.join(f.split(':')[0] for f in perf.flags)}"
-    return EvalResult(task=task.task_id, target=target, host=host, verdict=verdict, stage="done",  # type: ignore[arg-type]
-                      message=message, performance=perf, profile=report.get("profile"), **extra)
-
-
 IrGate = Callable[[str], str | None]  # normalised IR digest -> None to go on, or what it duplicates to stop
+
+
+class _Compiles:
+    """The candidate's programs compiled on a thread, started as soon as the child has exported them."""
+
+    def __init__(self, compilers: CompileService, chip: ChipSpec, workdir: Path, artifacts: Path):
+        self.compilers, self.chip, self.workdir, self.artifacts = compilers, chip, workdir, artifacts
+        self.answers: list[CompileAnswer] | None = None
+        self._thread: threading.Thread | None = None
+        self.seconds = 0.0
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        t0 = time.perf_counter()
+        answers = []
+        for i, path in enumerate(sorted(self.workdir.glob("candidate.config*.exported"))):
+            answer = self.compilers.compile(path, target=self.chip.name, keep_in=self.artifacts / "llo",
+                                            label=f"candidate.config{i}")
+            answers.append(answer)
+            if not answer.ok:
+                break
+        self.seconds = time.perf_counter() - t0
+        self.answers = answers
+
+    @property
+    def failed(self) -> bool:
+        return self.answers is not None and any(not a.ok for a in self.answers)
+
+    def wait(self) -> list[CompileAnswer]:
+        self.start()
+        assert self._thread is not None
+        self._thread.join()
+        assert self.answers is not None
+        return self.answers
 
 
 def evaluate(request: EvalRequest, settings: Settings, *, eval_id: str | None = None,
@@ -167,65 +157,255 @@ def evaluate(request: EvalRequest, settings: Settings, *, eval_id: str | None = 
         result = failure(task=task.task_id, target=chip.name, host=host, stage="static", error=violation.error)  # type: ignore[arg-type]
         return _finish(result, artifacts, artifact_map, started)
 
-    workdir = artifacts / "work"
-    workdir.mkdir(parents=True, exist_ok=True)
-
-    def env_for(scratch: Path) -> dict[str, str]:
-        return child_environment(workdir=scratch, llo_dump_dir=scratch / "llo_dump", on_tpu=host == "tpu",
-                                 target_accelerator=f"{chip.name}-1", static_profile=settings.static_profile)
-
     pool = spares or SparePool(root=settings.home / "sandbox", limits=settings.limits, keep=0)
-    child = pool.acquire(f"{chip.name}-{settings.static_profile}-{host}", env_for)
-    child_request = {
-        "task_dir": str(task.path), "kernel_path": str(kernel_copy), "target": chip.name, "host": host,
-        "allow_pure_jax": allow_pure_jax, "artifacts_dir": str(artifacts), "workdir": str(workdir),
-        "cache_dir": str(settings.cache_dir), "llo_dump_dir": str(child.llo_dump_dir),
-        "interpret_grid_steps": settings.limits.interpret_grid_steps, "measure": request.measure,
-        "static_profile": settings.static_profile, "ir_gate": ir_gate is not None,
-    }
-    request_path = workdir / "request.json"
-    request_path.write_text(json.dumps(child_request, indent=1))
-    gate = None
-    if ir_gate is not None:
-        def answer(digest: str) -> str:
-            duplicate_of = ir_gate(digest)
-            return "go" if duplicate_of is None else f"stop {duplicate_of}"
-        gate = Gate(workdir / "ir_hash", answer)
-    outcome = child.run([str(request_path)], stage_file=workdir / "stage", limits=settings.limits,
-                        on_stage=on_stage, gate=gate)
-    for log in ("stdout.txt", "stderr.txt"):
-        if (child.scratch / log).is_file():
-            shutil.move(child.scratch / log, workdir / log)
-    shutil.rmtree(child.scratch, ignore_errors=True)
-    report_path = workdir / "child_result.json"
-    if outcome.returncode == 0 and report_path.is_file() and not (outcome.timed_out or outcome.memory_exceeded):
-        report = json.loads(report_path.read_text())
-        if "task_error" in report:
-            raise TaskError(report["task_error"])
-        result = _from_child(report, task=task, target=chip.name, host=host)
-    else:
-        if (crash := _reference_crash(outcome, task, chip.name)) is not None:
-            raise crash
-        stage, error = _outcome_error(outcome, settings.limits.wall_seconds, settings.limits.memory_mib)
-        verdict = {"timeout": "timeout", "compiler_crash": VERDICT_FOR_STAGE[stage]}.get(error.kind, "crashed")
-        result = failure(task=task.task_id, target=chip.name, host=host, stage=stage, error=error, verdict=verdict)  # type: ignore[arg-type]
-    result.timings["child_wall"] = outcome.wall_seconds
-    result.timings["peak_rss_mib"] = outcome.peak_rss_mib
-    (workdir / "stderr.txt").exists() and artifact_map.setdefault("log", str(workdir / "stderr.txt"))
-    if result.profile:
-        (artifacts / "profile.txt").write_text(result.profile["summary"] + "\n")
-        artifact_map["profile_summary"] = str(artifacts / "profile.txt")
-        chart = render_profile_chart(result.profile, artifacts / "profile.png",
-                                     title=f"{task.task_id} on {chip.name} ({result.profile['method']})")
-        artifact_map["profile_chart"] = str(chart)
-    for ir in sorted(artifacts.glob("candidate.config*.stablehlo.mlir")):
-        artifact_map[ir.stem.replace(".", "_")] = str(ir)
-    if (artifacts / "llo").is_dir():
-        artifact_map["static_profiles"] = str(artifacts / "llo")
+    try:
+        run = _Evaluation(request, settings, task, chip, host, artifacts, kernel_copy, pool, on_stage, ir_gate,
+                          allow_pure_jax)
+        result = run.result()
+    finally:
+        if spares is None:
+            pool.close()
+    artifact_map.update(run.artifact_map)
     return _finish(result, artifacts, artifact_map, started)
 
 
+class _Evaluation:
+    def __init__(self, request: EvalRequest, settings: Settings, task: Task, chip: ChipSpec, host: str,
+                 artifacts: Path, kernel_copy: Path, pool: SparePool, on_stage: Callable[[str], None] | None,
+                 ir_gate: IrGate | None, allow_pure_jax: bool):
+        self.request, self.settings, self.task, self.chip, self.host = request, settings, task, chip, host
+        self.artifacts, self.kernel_copy, self.pool, self.on_stage = artifacts, kernel_copy, pool, on_stage
+        self.ir_gate, self.allow_pure_jax = ir_gate, allow_pure_jax
+        self.workdir = artifacts / "work"
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.compilers = pool.compilers(settings.static_profile)
+        self.store = ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.home / "sandbox",
+                                    limits=settings.limits)
+        self.timings: dict[str, float] = {}
+        self.notes: list[str] = []
+        self.artifact_map: dict[str, str] = {}
+
+    def stage(self, name: str) -> None:
+        if self.on_stage:
+            self.on_stage(name)
+
+    def _fail(self, stage: str, error: EvalError, verdict: str | None = None, **extra: Any) -> EvalResult:
+        return failure(task=self.task.task_id, target=self.chip.name, host=self.host, stage=stage,  # type: ignore[arg-type]
+                       error=error, verdict=verdict, notes=self.notes, timings=self.timings, **extra)  # type: ignore[arg-type]
+
+    # -- the candidate's child --------------------------------------------------------------------------------
+    def run_candidate(self, compiles: _Compiles) -> tuple[ChildOutcome, CandidateReport | None]:
+        chip, settings = self.chip, self.settings
+
+        def env_for(scratch: Path) -> dict[str, str]:
+            return child_environment(workdir=scratch, llo_dump_dir=None, on_tpu=self.host == "tpu",
+                                     target_accelerator=f"{chip.name}-1")
+
+        child = self.pool.acquire(f"{chip.name}-{self.host}", env_for)
+        limits = settings.limits
+        request = CandidateRequest(
+            task_dir=str(self.task.path), kernel_path=str(self.kernel_copy), target=chip.name, host=self.host,
+            allow_pure_jax=self.allow_pure_jax, artifacts_dir=str(self.artifacts), workdir=str(self.workdir),
+            budget=Budget(limits.full_check_elements, limits.full_check_gflops * 1e9, limits.interpret_grid_steps),
+            measure=self.request.measure, ir_gate=self.ir_gate is not None)
+        request_path = self.workdir / "request.json"
+        write_json(request_path, request)
+        gate = None
+        if self.ir_gate is not None:
+            ir_gate = self.ir_gate
+
+            def answer(digest: str) -> str:
+                duplicate_of = ir_gate(digest)
+                return "go" if duplicate_of is None else f"stop {duplicate_of}"
+            gate = Gate(self.workdir / "ir_hash", answer)
+
+        def heard(stage: str) -> None:
+            if stage == "correctness":
+                compiles.start()  # the programs are exported: compile them while the candidate is checked
+                self.stage("compile")
+            self.stage(stage)
+
+        outcome = child.run([str(request_path)], stage_file=self.workdir / "stage", limits=limits, on_stage=heard,
+                            gate=gate, writable=(self.artifacts,), should_stop=lambda: compiles.failed)
+        for log in ("stdout.txt", "stderr.txt"):
+            if (child.scratch / log).is_file():
+                shutil.move(child.scratch / log, self.workdir / log)
+        shutil.rmtree(child.scratch, ignore_errors=True)
+        if (self.workdir / "stderr.txt").exists():
+            self.artifact_map["log"] = str(self.workdir / "stderr.txt")
+        report_path = self.workdir / "child_result.json"
+        finished = outcome.returncode == 0 and not (outcome.timed_out or outcome.memory_exceeded or outcome.stopped)
+        report = CandidateReport.read(report_path) if finished and report_path.is_file() else None
+        self.timings["child_wall"] = outcome.wall_seconds
+        self.timings["peak_rss_mib"] = outcome.peak_rss_mib
+        return outcome, report
+
+    # -- the whole evaluation -------------------------------------------------------------------------------
+    def result(self) -> EvalResult:
+        task, chip, settings = self.task, self.chip, self.settings
+        self.compilers.warm(chip.name)
+        t0 = time.perf_counter()
+        production_json, _ = self.store.programs(task)  # the reference's child, once per task version
+        self.timings["reference_programs"] = time.perf_counter() - t0
+        compiles = _Compiles(self.compilers, chip, self.workdir, self.artifacts)
+        outcome, report = self.run_candidate(compiles)
+        if report is not None and report.task_error:
+            raise TaskError(report.task_error)
+        if report is None and not (outcome.stopped or compiles.failed):
+            stage, error = _outcome_error(outcome, settings.limits.wall_seconds, settings.limits.memory_mib)
+            verdict = "timeout" if error.kind == "timeout" else "crashed"
+            return self._fail(stage, error, verdict)
+        if report is not None:
+            self.timings.update(report.timings)
+            self.notes.extend(report.notes)
+            if report.error is not None:
+                error = report.eval_error
+                assert error is not None
+                return self._fail(report.stage, error, report.verdict, ir_hash=report.ir_hash)
+        answers = compiles.wait()
+        self.timings["compile"] = compiles.seconds
+        self._keep_ir()
+        ir_hash = report.ir_hash if report else None
+        for answer in answers:
+            if not answer.ok:
+                assert answer.error is not None
+                return self._fail("compile", self._with_line(answer.error, report), ir_hash=ir_hash)
+        assert report is not None
+        if "unconfined" in report.sandbox:
+            self.notes.append(f"sandbox: {report.sandbox}")
+        if [p.config for p in report.programs] != production_json:
+            return self._fail("static", EvalError("harness_tamper", "the candidate's process reported production "
+                              "shapes other than the task's"), "rejected", ir_hash=ir_hash)
+        prod = [config_from_json(c) for c in production_json]
+        self.stage("reference")
+        t0 = time.perf_counter()
+        ref_costs = self.store.costs(task, target=chip.name, mode=settings.static_profile, compilers=self.compilers)
+        self.timings["reference"] = time.perf_counter() - t0
+        self.stage("correctness")
+        t0 = time.perf_counter()
+        try:
+            correctness = self.judge(report)
+        except CandidateFailed as failed:
+            return self._fail("correctness", failed.error, ir_hash=ir_hash)
+        self.timings["judge"] = time.perf_counter() - t0
+        programs = [CandidateProgram(a, traffic_from_json(p.traffic), p.vmem_limits, ir_hash)
+                    for a, p in zip(answers, report.programs, strict=True)]
+        self.stage("performance")
+        if report.measured is not None:
+            if report.measured["mismatches"]:
+                first = report.measured["mismatches"][0]
+                return self._fail("performance", EvalError("mismatch_while_timing", "outputs produced while timing "
+                                  f"differ from the reference's on the same inputs: {first}"),
+                                  "incorrect", correctness=correctness, ir_hash=ir_hash)
+            perf, profile = measured_performance(chip, prod, programs, ref_costs, report.measured,
+                                                 self.store.used_inputs(task))
+            if not report.measured.get("on_device"):
+                self.notes.append(f"measured on {perf.detail['device']}, not on a {chip.name}: the times are not "
+                                  "TPU times")
+        else:
+            perf, profile, estimate_notes = estimated_performance(chip, settings.static_profile, prod, programs,
+                                                                  ref_costs, self.store.used_inputs(task))
+            perf.detail["notes"] = estimate_notes
+            self.notes.extend(estimate_notes)
+        self.stage("profile")
+        profile["summary"] = summarise(profile)
+        return self._verdict(correctness, perf, profile, ir_hash)
+
+    def _with_line(self, error: EvalError, report: CandidateReport | None) -> EvalError:
+        """A compiler error names no Python line; with one kernel, its definition is the place to look."""
+        kernels = [k for p in (report.programs if report else []) for k in p.kernels]
+        if error.line is None and len({tuple(k) for k in kernels}) == 1:
+            name, line = kernels[0]
+            return EvalError(error.kind, f"{error.detail}\n(in kernel {name}, defined at line {line})", line,
+                             error.stage)
+        return error
+
+    def _keep_ir(self) -> None:
+        for ir in sorted(self.artifacts.glob("candidate.config*.stablehlo.mlir")):
+            self.artifact_map[ir.stem.replace(".", "_")] = str(ir)
+        if (self.artifacts / "llo").is_dir():
+            self.artifact_map["static_profiles"] = str(self.artifacts / "llo")
+
+    # -- correctness ------------------------------------------------------------------------------------------
+    def judge(self, report: CandidateReport) -> Correctness:
+        jobs = []
+        for check in report.checks:
+            cases = [c.case for c in check.cases]
+            jobs.append(OutputJob(output_key(self.task, check.config, check.values_from), check.config,
+                                  check.values_from, cases))
+        reference = self.store.outputs(self.task, [j for j in jobs if j.cases]) if any(j.cases for j in jobs) else {}
+        cases: list[CorrectnessCase] = []
+        notes = list(self.notes)
+        differs: list[str] = []
+        by_name = {c.name: c for c in EVALUATOR_CASES}
+        outputs = self.workdir / "outputs"
+        for index, (check, job) in enumerate(zip(report.checks, jobs, strict=True)):
+            config = config_from_json(check.config)
+            atol, rtol = self.task.tolerance(self._config_index(check, index))
+            judge = Judge(check.name, config, atol, rtol)
+            notes.append(check.why)
+            self.notes.append(check.why)
+            if check.differs:
+                differs.append(f"{check.name}: " + "; ".join(check.differs))
+            for out in check.cases:
+                files = reference[job.key][out.case]
+                expected, truth, perturbed = files["expected"], files.get("truth"), files.get("perturbed")
+                assert expected is not None
+                ref = ReferenceRun(by_name[out.case], load_outputs(expected), load_outputs(truth) if truth else None,
+                                   load_outputs(perturbed) if perturbed else None)
+                cand = CandidateRun(by_name[out.case])
+                if out.error:
+                    cand.error = EvalError(out.error["kind"], out.error["detail"], out.error.get("line"), "correctness")
+                else:
+                    assert out.outputs is not None
+                    cand.outputs = load_outputs(outputs / out.outputs)
+                    cand.again = load_outputs(outputs / out.again) if out.again else None
+                cases.append(judge.case(cand, ref))
+        passed = [c for c in cases if c.status == "passed"]
+        if differs:
+            notes.append("the program checked is not the program timed (" + " | ".join(differs) + ")")
+        if not passed:
+            skipped = list(dict.fromkeys(c.note for c in cases if c.status == "skipped" and c.note))
+            return Correctness(status="not_checked", cases=cases, notes=notes + skipped)
+        status = "passed" if not differs else "not_checked"
+        return Correctness(status=status, cases=cases, max_abs_err=max(c.max_abs_err or 0.0 for c in passed),
+                           max_rel_err=max(c.max_rel_err or 0.0 for c in passed), notes=notes)
+
+    @staticmethod
+    def _config_index(check: CheckReport, index: int) -> int:
+        inside = check.name.partition("[")[2].rstrip("]")
+        return int(inside) if inside.isdigit() else index
+
+    # -- the verdict ----------------------------------------------------------------------------------------
+    def _verdict(self, correctness: Correctness, perf: Any, profile: dict[str, Any], ir_hash: str | None) -> EvalResult:
+        chip = self.chip
+        reasons = []
+        if correctness.status != "passed":
+            reasons.append("correctness was not established: " + "; ".join(correctness.notes)[-600:])
+        physics = [f for f in perf.flags if f.startswith("faster_than_physics")]
+        if physics:
+            reasons.append("the estimate is faster than physics allows (" + physics[0].split(": ", 1)[-1] + "), so "
+                           "the figure cannot be trusted")
+        verdict = "unverified" if reasons else "ok"
+        message = (f"{verdict}: x{perf.speedup:.2f} vs reference ({perf.method}: {perf.candidate:.4g} ms vs "
+                   f"{perf.reference:.4g} ms on {chip.name}), {perf.roofline_fraction or 0:.0%} of roofline")
+        if reasons:
+            message += "; " + "; ".join(reasons)[:500]
+        if perf.flags:
+            message += f"; flagged: {', '.join(f.split(':')[0] for f in perf.flags)}"
+        return EvalResult(task=self.task.task_id, target=chip.name, host=self.host, verdict=verdict,  # type: ignore[arg-type]
+                          stage="done", message=message, correctness=correctness, performance=perf, profile=profile,
+                          notes=self.notes, timings=self.timings, ir_hash=ir_hash)
+
+
 def _finish(result: EvalResult, artifacts: Path, artifact_map: dict[str, str], started: float) -> EvalResult:
+    if result.profile:
+        (artifacts / "profile.txt").write_text(result.profile["summary"] + "\n")
+        artifact_map["profile_summary"] = str(artifacts / "profile.txt")
+        method = result.profile["method"]
+        chart = render_profile_chart(result.profile, artifacts / "profile.png",
+                                     title=f"{result.task} on {result.target} ({method})")
+        artifact_map["profile_chart"] = str(chart)
     result.artifacts = {**artifact_map, "result": str(artifacts / "result.json")}
     total = time.perf_counter() - started
     stage_seconds = sum(v for k, v in result.timings.items() if k in ("lower", "compile", "reference",
@@ -234,6 +414,21 @@ def _finish(result: EvalResult, artifacts: Path, artifact_map: dict[str, str], s
     result.timings["overhead"] = max(0.0, total - stage_seconds)
     (artifacts / "result.json").write_text(json.dumps(result.to_json(), indent=1, default=float))
     return result
+
+
+def _describe_tasks(requests: list[EvalRequest], settings: Settings) -> None:
+    """Every task's reference described at once, in one child, before the evaluations start (each would start
+    its own otherwise); a task that fails is left for its evaluation to report."""
+    tasks: dict[str, Task] = {}
+    for req in requests:
+        try:
+            task = load_task(req.task_dir)
+        except TaskError:
+            continue
+        tasks.setdefault(task.digest, task)
+    store = ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.home / "sandbox", limits=settings.limits)
+    with contextlib.suppress(TaskError):
+        store.prefetch(list(tasks.values()))
 
 
 def evaluate_many(requests: Iterable[EvalRequest], settings: Settings, *, workers: int | None = None,
@@ -245,6 +440,7 @@ def evaluate_many(requests: Iterable[EvalRequest], settings: Settings, *, worker
     for Python and JAX to start (each child still serves one candidate)."""
     items = list(requests)
     workers = workers or settings.eval_workers
+    _describe_tasks(items, settings)
     spares = SparePool(root=settings.home / "sandbox", limits=settings.limits, keep=0)  # set per evaluation below
     waiting = [len(items)]
     lock = threading.Lock()
@@ -266,3 +462,4 @@ def evaluate_many(requests: Iterable[EvalRequest], settings: Settings, *, worker
             return list(pool.map(one, items))
     finally:
         spares.close()
+

@@ -42,11 +42,23 @@ def _draw(spec: ArgSpec, distribution: str, rng: np.random.Generator) -> np.ndar
     return values.astype(np.float32).astype(dtype)
 
 
+def _integer(spec: ArgSpec) -> bool:
+    dtype = np.dtype(spec.dtype)
+    return bool(np.issubdtype(dtype, np.integer) or dtype == np.bool_)
+
+
 def case_inputs(config: Configuration, case: Case) -> list[np.ndarray] | None:
-    """Host arrays for one case, or None when the case does not apply (no task values to reuse)."""
+    """Host arrays for one case, or None when the case does not apply (no task values to reuse).
+
+    Where the configuration carries the task's own values, its integer inputs are kept in every case: they
+    are indices, lengths or group sizes whose meaning a random draw would break (group sizes must add up)."""
     if case.distribution == "task":
         if config.values is None:
             return None
         return [np.array(v) for v in config.values]
     rng = np.random.default_rng(case.seed)
-    return [_draw(spec, case.distribution, rng) for spec in config.dynamic]
+    drawn = [_draw(spec, case.distribution, rng) for spec in config.dynamic]
+    if config.values is not None:
+        drawn = [np.array(v) if _integer(spec) else x for spec, v, x in zip(config.dynamic, config.values, drawn,
+                                                                           strict=True)]
+    return drawn

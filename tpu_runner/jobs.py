@@ -12,7 +12,7 @@ from typing import Any
 
 from storage.models import Evaluation
 from storage.settings import Settings
-from tpu_runner.sandbox import SparePool
+from tpu_runner.spares import SparePool
 
 
 class JobRejected(Exception):

@@ -21,7 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from tpu_runner.correctness import compare_outputs
+from tpu_runner.compare import compare_outputs
 
 REFERENCE_NAME = "_kb_reference"
 CANDIDATE_NAME = "_kb_candidate"

@@ -35,6 +35,7 @@ class ChildOutcome:
     stage: str | None  # the last stage the child announced
     stderr_tail: str
     stdout_tail: str
+    stopped: bool = False  # the supervisor stopped it (should_stop): its work was no longer needed
 
     @property
     def signal_name(self) -> str | None:
@@ -122,21 +123,24 @@ class Child:
         self.proc.wait()
 
     def run(self, args: list[str], *, stage_file: Path, limits: EvalLimits,
-            on_stage: Callable[[str], None] | None = None, gate: Gate | None = None) -> ChildOutcome:
-        """Hand the child its arguments and supervise it until it ends or a limit stops it.
+            on_stage: Callable[[str], None] | None = None, gate: Gate | None = None,
+            writable: tuple[Path, ...] = (), should_stop: Callable[[], bool] | None = None) -> ChildOutcome:
+        """Hand the child its arguments and supervise it until it ends, a limit stops it or `should_stop` says so.
 
+        The child may write only beneath its scratch directory and `writable` (Landlock, see sandbox_entry).
         With a gate, stdin stays open: when the child writes the gate's file, the gate's answer (one line) is
         sent back and the child goes on or stops."""
         start = time.monotonic()
         peak = 0.0
-        timed_out = memory_exceeded = False
+        timed_out = memory_exceeded = stopped = False
         last_stage = ""
         proc = self.proc
         with _running_lock:
             _running.add(proc)
         try:
             assert proc.stdin is not None
-            proc.stdin.write((json.dumps(args) + "\n").encode())
+            message = {"argv": args, "writable": [str(p) for p in writable]}
+            proc.stdin.write((json.dumps(message) + "\n").encode())
             proc.stdin.flush()
             if gate is None:
                 proc.stdin.close()
@@ -151,6 +155,9 @@ class Child:
                     break
                 if time.monotonic() - start > limits.wall_seconds:
                     timed_out = True
+                    break
+                if should_stop is not None and should_stop():
+                    stopped = True
                     break
                 if gate is not None and not proc.stdin.closed and gate.file.is_file():  # type: ignore[union-attr]
                     _answer(proc, gate.answer(gate.file.read_text().strip()))
@@ -167,7 +174,7 @@ class Child:
         out, err = self.scratch / "stdout.txt", self.scratch / "stderr.txt"
         return ChildOutcome(
             returncode=proc.returncode, wall_seconds=time.monotonic() - start, timed_out=timed_out,
-            memory_exceeded=memory_exceeded, peak_rss_mib=peak,
+            memory_exceeded=memory_exceeded, stopped=stopped, peak_rss_mib=peak,
             stage=stage_file.read_text().strip() if stage_file.is_file() else None,
             stderr_tail=_tail(err, limits.output_bytes), stdout_tail=_tail(out, limits.output_bytes),
         )
@@ -226,38 +233,3 @@ def run_one_shot(*, module: str, root: Path, prefix: str, limits: EvalLimits,
         return outcome, json.loads(report.read_text()) if finished else None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-class SparePool:
-    """Children started ahead of need, one set per environment, so an evaluation does not wait for Python and
-    JAX to start. Each child still serves exactly one evaluation."""
-
-    def __init__(self, *, root: Path, limits: EvalLimits, keep: int, target: str = "tpu_runner.child"):
-        self.root, self.limits, self.keep, self.target = root, limits, keep, target
-        self._spares: dict[str, list[Child]] = {}
-        self._lock = threading.Lock()
-
-    def _spawn(self, key: str, env_for: Callable[[Path], dict[str, str]]) -> Child:
-        scratch = self.root / f"{key}-{uuid.uuid4().hex[:10]}"
-        return spawn(target=self.target, scratch=scratch, env=env_for(scratch), limits=self.limits)
-
-    def acquire(self, key: str, env_for: Callable[[Path], dict[str, str]]) -> Child:
-        """A started child for this environment, and a replacement started in its place."""
-        with self._lock:
-            children = self._spares.get(key, [])
-            for dead in [c for c in children if not c.alive]:
-                shutil.rmtree(dead.scratch, ignore_errors=True)
-            ready = [c for c in children if c.alive]
-            child = ready.pop(0) if ready else None
-            while len(ready) < self.keep:
-                ready.append(self._spawn(key, env_for))
-            self._spares[key] = ready
-        return child or self._spawn(key, env_for)
-
-    def close(self) -> None:
-        with self._lock:
-            for children in self._spares.values():
-                for child in children:
-                    child.discard()
-                    shutil.rmtree(child.scratch, ignore_errors=True)
-            self._spares.clear()

@@ -1,8 +1,11 @@
 """First code a sandboxed child runs: apply its limits while it is still one thread, then run the stage code.
 
-`python -m tpu_runner.sandbox_entry LIMITS_JSON MODULE|SCRIPT.py`, then one line of JSON arguments on stdin.
-Kept free of heavy imports so the limits and the network namespace are in place before JAX, libtpu or any
-candidate code is loaded; the module is imported before its arguments arrive, so a spare starts at once.
+`python -m tpu_runner.sandbox_entry LIMITS_JSON MODULE|SCRIPT.py`, then one line of JSON on stdin: the
+arguments, as a list or as `{"argv": [...], "writable": [...]}`. Kept free of heavy imports so the limits and
+the network namespace are in place before JAX, libtpu or any candidate code is loaded; the module is imported
+before its arguments arrive, so a spare starts at once. Once they arrive, and before any of the code they name
+runs, Landlock confines writes to the working directory and the `writable` directories: a candidate cannot
+touch the database, the caches or other evaluations' artifacts. `KERNELBOT_SANDBOX` tells the code what holds.
 """
 
 from __future__ import annotations
@@ -55,6 +58,18 @@ def isolate_network() -> str | None:
     return None
 
 
+def confine_writes(writable: list[str]) -> str:
+    """Landlock on the given trees; returns what the sandbox holds, for the code to report."""
+    from tpu_runner.landlock import LandlockUnavailable, restrict_writes
+
+    try:
+        abi = restrict_writes(writable)
+    except LandlockUnavailable as exc:
+        print(f"sandbox: writes are not confined ({exc})", file=sys.stderr)
+        return f"writes unconfined: {exc}"
+    return f"writes confined (Landlock ABI {abi})"
+
+
 def main() -> None:
     limits = json.loads(sys.argv[1])
     notes = apply_limits(limits)
@@ -66,7 +81,10 @@ def main() -> None:
     line = sys.stdin.readline()
     if not line:
         return  # discarded unused
-    sys.argv = [target, *json.loads(line)]
+    request = json.loads(line)
+    argv, writable = (request, []) if isinstance(request, list) else (request["argv"], request.get("writable", []))
+    os.environ["KERNELBOT_SANDBOX"] = confine_writes([os.getcwd(), *writable])
+    sys.argv = [target, *argv]
     if module is None:  # a script path (the sandbox's own tests use this)
         runpy.run_path(target, run_name="__main__")
     else:

@@ -1,16 +1,17 @@
 """What `kernelbot tasks` shows: shapes, dtypes, FLOPs and bytes (XLA cost analysis of the reference compiled
-for the target) and the roofline class. Cached per task digest, target and JAX version."""
+for the target) and the roofline class. The reference runs in its sandboxed child and compiles on the compile
+servers, so the figures are the evaluator's own, from the same caches."""
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
 
+from storage.settings import Settings
+from tpu_runner.compile_service import CompileService
 from tpu_runner.hardware import ChipSpec, roofline
-from tpu_runner.tasks import Task, abstract_configurations, has_test_inputs
+from tpu_runner.reference_data import ReferenceStore
+from tpu_runner.tasks import Task, config_from_json
 
 
 @dataclass(frozen=True)
@@ -37,35 +38,20 @@ def prepare_libtpu_env(chip: ChipSpec) -> None:
         os.environ.setdefault(key, value)
 
 
-def task_info(task: Task, chip: ChipSpec, cache_dir: Path) -> TaskInfo:
-    import jax
-
-    path = cache_dir / "taskinfo" / f"{task.task_id}-{task.digest}-{chip.name}-jax{jax.__version__}-v2.json"
-    if path.is_file():
-        return TaskInfo(**json.loads(path.read_text()))
-    prepare_libtpu_env(chip)
-    from tpu_runner.compile import target_sharding, trace
-    from tpu_runner.tasks import import_reference
-
-    ref = import_reference(task).computation
-    configs = abstract_configurations(task)
-    sharding = target_sharding(chip)
-    flops = bytes_ = compulsory = 0.0
-    for config in configs:
-        compiled = trace(ref, config, sharding).lower().compile()
-        cost: Any = compiled.cost_analysis() or {}
-        flops += float(cost.get("flops", 0.0))
-        bytes_ += float(cost.get("bytes accessed", 0.0))
-        outputs = compiled.memory_analysis().output_size_in_bytes
-        compulsory += sum(a.nbytes for a in config.dynamic) + float(outputs)
+def task_info(task: Task, chip: ChipSpec, settings: Settings, compilers: CompileService) -> TaskInfo:
+    store = ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.home / "sandbox", limits=settings.limits)
+    production, _ = store.programs(task)
+    configs = [config_from_json(c) for c in production]
+    # Cost analysis needs no static cycle profile (much slower on some programs); the evaluator makes its own.
+    costs = store.costs(task, target=chip.name, mode=settings.static_profile, compilers=compilers, profile=False)
+    flops = sum(c.cost.get("flops", 0.0) for c in costs)
+    bytes_ = sum(c.cost.get("bytes accessed", 0.0) for c in costs)
+    compulsory = sum(sum(a.nbytes for a in config.dynamic) + c.memory.get("output_size_in_bytes", 0)
+                     for config, c in zip(configs, costs, strict=True))
     dtype = configs[0].dynamic[0].dtype if configs and configs[0].dynamic else "float32"
     roof = roofline(chip, flops=flops, bytes_moved=compulsory, dtype_name=dtype)
-    info = TaskInfo(task_id=task.task_id, family=task.family, description=task.description, target=chip.name,
-                    configurations=[c.describe() for c in configs], has_test_inputs=has_test_inputs(task),
+    has_tests = "def get_test_inputs" in task.reference_source
+    return TaskInfo(task_id=task.task_id, family=task.family, description=task.description, target=chip.name,
+                    configurations=[c.describe() for c in configs], has_test_inputs=has_tests,
                     flops=flops, bytes=bytes_, compulsory_bytes=compulsory, roofline_ms=roof.seconds * 1e3,
                     bound=roof.bound, intensity=roof.intensity)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(asdict(info)))
-    tmp.replace(path)
-    return info

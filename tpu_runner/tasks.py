@@ -248,3 +248,95 @@ def abstract_configurations(task: Task) -> list[Configuration]:
 
 def has_test_inputs(task: Task) -> bool:
     return callable(getattr(import_reference(task), "get_test_inputs", None))
+
+
+def integer_inputs(task: Task) -> list[dict[int, Any]]:
+    """The task's own integer (and bool) inputs of get_inputs(), per configuration: {argument index: array}.
+
+    Computed under jit with only those leaves returned, so the floating inputs beside them are never built (a
+    128k-vocabulary logits matrix is several GB); host-side get_inputs() code has to run for real."""
+    import jax
+    import numpy as np
+
+    module = import_reference(task)
+
+    def integer_leaves() -> list[list[Any]]:
+        pairs = split_configurations(module.get_inputs(), f"{task.reference_path}: get_inputs()")
+        return [[x if np.issubdtype(np.dtype(x.dtype), np.integer) or np.dtype(x.dtype) == np.bool_ else None
+                 for x in dyn] for dyn, _ in pairs]
+
+    try:
+        shapes = jax.eval_shape(integer_leaves)
+    except TaskError:
+        raise
+    except Exception:  # host-side code: run it for real
+        return [{i: np.asarray(v) for i, v in enumerate(c.values or ()) if _is_integer(v)}
+                for c in concrete_configurations(task, "get_inputs")]
+    if not any(x is not None for config in shapes for x in config):
+        return [{} for _ in shapes]
+    values = jax.jit(integer_leaves)()
+    return [{i: np.asarray(x) for i, x in enumerate(config) if x is not None} for config in values]
+
+
+def _is_integer(x: Any) -> bool:
+    import numpy as np
+
+    dtype = np.dtype(x.dtype)
+    return bool(np.issubdtype(dtype, np.integer) or dtype == np.bool_)
+
+
+def with_integer_ranges(configs: list[Configuration], ints: list[dict[int, Any]]) -> list[Configuration]:
+    """Production configurations whose integer inputs carry the task's own min and max."""
+    out = []
+    for config, values in zip(configs, ints, strict=True):
+        specs = tuple(ArgSpec(a.shape, a.dtype, (int(values[i].min()), int(values[i].max()))
+                              if i in values and values[i].size else a.int_range)
+                      for i, a in enumerate(config.dynamic))
+        out.append(Configuration(specs, config.static, config.values))
+    return out
+
+
+# --- configurations as JSON, between processes -----------------------------------------------------------------
+
+
+def _static_to_json(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return {"tuple": [_static_to_json(v) for v in value]}
+    if isinstance(value, list):
+        return {"list": [_static_to_json(v) for v in value]}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise TaskError(f"static argument {value!r} ({type(value).__name__}) is not a Python scalar, string or tuple")
+
+
+def _static_from_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        items = [_static_from_json(v) for v in value.get("tuple", value.get("list", []))]
+        return tuple(items) if "tuple" in value else items
+    return value
+
+
+def config_to_json(config: Configuration) -> dict[str, Any]:
+    return {"dynamic": [{"shape": list(a.shape), "dtype": a.dtype, "int_range": list(a.int_range)
+                         if a.int_range else None} for a in config.dynamic],
+            "static": [_static_to_json(s) for s in config.static]}
+
+
+def config_from_json(data: dict[str, Any]) -> Configuration:
+    dynamic = tuple(ArgSpec(tuple(int(d) for d in a["shape"]), str(a["dtype"]),
+                            (int(a["int_range"][0]), int(a["int_range"][1])) if a.get("int_range") else None)
+                    for a in data["dynamic"])
+    return Configuration(dynamic, tuple(_static_from_json(s) for s in data["static"]))
+
+
+def with_values(task: Task, config: Configuration, values_from: str | None) -> Configuration:
+    """The configuration with the task's own values: `test:J` (get_test_inputs) or `production:I` (get_inputs)."""
+    if not values_from:
+        return config
+    source, _, index = values_from.partition(":")
+    fn = "get_test_inputs" if source == "test" else "get_inputs"
+    concrete = concrete_configurations(task, fn)[int(index)]
+    if tuple(a.shape for a in concrete.dynamic) != tuple(a.shape for a in config.dynamic):
+        raise TaskError(f"{task.reference_path}: {fn}() gave other shapes on a second call "
+                        f"({concrete.describe()} vs {config.describe()}); it must be deterministic")
+    return Configuration(config.dynamic, config.static, concrete.values)

@@ -413,3 +413,21 @@ def _cpu_device() -> Any:
         return jax.devices("cpu")[0]
     except RuntimeError:  # the CPU platform was left out of JAX_PLATFORMS
         return jax.devices()[0]
+
+
+# --- as JSON, between processes --------------------------------------------------------------------------------
+
+
+def traffic_to_json(report: TrafficReport) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(report)
+
+
+def traffic_from_json(data: dict[str, Any]) -> TrafficReport:
+    calls = []
+    for call in data["calls"]:
+        operands = tuple(OperandTraffic(**{**op, "shape": tuple(op["shape"]), "block_shape": tuple(op["block_shape"])})
+                         for op in call["operands"])
+        calls.append(PallasCallTraffic(**{**call, "grid": tuple(call["grid"]), "operands": operands}))
+    return TrafficReport(calls=tuple(calls))

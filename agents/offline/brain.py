@@ -22,20 +22,15 @@ from typing import Any
 from agents import strategies, tunable
 from agents.brain import BrainReply, BrainRequest, Usage
 from agents.offline import emit
-from agents.offline.attention import Attention, confirm
+from agents.offline.attention import Attention
 from agents.offline.expr import NotRecognised
 from agents.offline.families import Matmul, Spec, recognise
 from agents.offline.params import choose, cost_line, raised_vmem_limit
-from agents.offline.program import trace
+from agents.offline.reading import Reading, read_task
 from agents.subagents import AgentAnswerError, code_blocks
+from storage.settings import Settings
 from tpu_runner.hardware import ChipSpec
-from tpu_runner.tasks import (
-    Task,
-    abstract_configurations,
-    concrete_configurations,
-    has_test_inputs,
-    import_reference,
-)
+from tpu_runner.tasks import Task
 
 REDIRECTS = {
     "block RxC": "block rows (or M) x columns (or N), e.g. 'block 256x512'",
@@ -62,18 +57,13 @@ def _without_docstring(source: str) -> str:
     return source.split('"""', 2)[2]
 
 
-def analyse(task: Task, chip: ChipSpec) -> Spec:
+def analyse(reading: Reading, chip: ChipSpec) -> Spec:
     """The recognised family of a task, checked on every configuration it has (raises NotRecognised)."""
-    programs = [trace(task, c) for c in abstract_configurations(task)]
-    tests = concrete_configurations(task, "get_test_inputs") if has_test_inputs(task) else []
-    programs += [trace(task, c) for c in tests]
+    programs = reading.programs + reading.tests
     spec = recognise(programs[0])
-    if isinstance(spec, Attention):
-        # Looking like attention is not enough: the numbers must agree with attention's.
-        config = tests[0] if tests else None
-        if config is None or config.values is None:
-            raise NotRecognised("attention-like, but the task has no get_test_inputs to confirm it on")
-        confirm(import_reference(task).computation, spec, list(config.values), config.static)
+    if isinstance(spec, Attention) and reading.attention_check != "agrees":
+        # Looking like attention is not enough: the numbers must agree with attention's (checked by the reading).
+        raise NotRecognised(reading.attention_check or "attention-like, but its numbers were not checked")
     params = choose(spec, chip)[0]
     kernel = _without_docstring(emit.source(spec, params))
     for other in programs[1:]:
@@ -129,6 +119,7 @@ def parse_redirect(text: str, params: dict[str, Any], space: dict[str, tuple[Any
 class OfflineBrain:
     task: Task
     chip: ChipSpec
+    reading: Reading
     name: str = "offline"
     spec: Spec | None = None
     plans: int = 0
@@ -137,8 +128,8 @@ class OfflineBrain:
 
     def __post_init__(self) -> None:
         if self.spec is None:
-            self.spec = analyse(self.task, self.chip)
-        self.cost = cost_line(trace(self.task, abstract_configurations(self.task)[0]), self.chip)
+            self.spec = analyse(self.reading, self.chip)
+        self.cost = cost_line(self.reading.programs[0], self.chip)
 
     # -- the roles ----------------------------------------------------------------------------------------------
     def ask(self, request: BrainRequest) -> BrainReply:
@@ -278,9 +269,10 @@ class OfflineBrain:
         return f"The kernel is {bound}-bound {where}; next, try {advice}."
 
 
-def offline_brain(task: Task, chip: ChipSpec) -> OfflineBrain:
-    """The offline brain for a task, or NotRecognised saying why it cannot write one."""
-    return OfflineBrain(task=task, chip=chip)
+def offline_brain(task: Task, chip: ChipSpec, settings: Settings) -> OfflineBrain:
+    """The offline brain for a task, or NotRecognised saying why it cannot write one. The task's program is read
+    in a sandboxed child (`reading`): this process never runs the task's code."""
+    return OfflineBrain(task=task, chip=chip, reading=read_task(task, settings))
 
 
 __all__ = ["REDIRECTS", "NotRecognised", "OfflineBrain", "analyse", "offline_brain",

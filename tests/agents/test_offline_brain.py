@@ -12,10 +12,11 @@ from agents import subagents, tunable
 from agents.brain import Budget
 from agents.brains import BrainUnavailable, make_brain
 from agents.context import task_context
-from agents.offline.brain import OfflineBrain, analyse, parse_redirect
+from agents.offline.brain import analyse, offline_brain, parse_redirect
 from agents.offline.emit import source
 from agents.offline.expr import NotRecognised
 from agents.offline.params import choose, raised_vmem_limit
+from agents.offline.reading import read_task, read_tasks
 from storage.settings import Settings
 from tests.conftest import TASKS
 from tests.support.epilogue_tasks import EPILOGUE, chain_task
@@ -28,6 +29,10 @@ RECOGNISED = ["fused_elementwise", "softmax", "layer_norm", "rms_norm", "matmul_
               "matmul_softmax", "batched_matmul", "causal_attention", "gqa_attention"]
 
 
+def _analyse(task, settings: Settings):  # the task's program is read in a sandboxed child, as a runner does
+    return analyse(read_task(task, settings), V6E)
+
+
 def _write(tmp: Path, name: str, code: str) -> Path:
     path = tmp / f"{name}.py"
     path.write_text(code)
@@ -37,9 +42,10 @@ def _write(tmp: Path, name: str, code: str) -> Path:
 @pytest.mark.slow
 def test_every_recognised_suite_task_gets_an_ok_kernel(tmp_path: Path, settings: Settings) -> None:
     requests = []
-    for name in RECOGNISED:
-        task = load_task(TASKS / name)
-        spec = analyse(task, V6E)
+    tasks = [load_task(TASKS / name) for name in RECOGNISED]
+    readings = read_tasks(tasks, settings)  # one child reads them all
+    for name, task in zip(RECOGNISED, tasks, strict=True):
+        spec = analyse(readings[task.digest], V6E)
         requests.append(EvalRequest(task.path, _write(tmp_path, name, source(spec, choose(spec, V6E)[0])), "v6e"))
     results = evaluate_many(requests, settings)
     verdicts = {name: getattr(r, "message", repr(r)) for name, r in zip(RECOGNISED, results, strict=True)}
@@ -49,9 +55,9 @@ def test_every_recognised_suite_task_gets_an_ok_kernel(tmp_path: Path, settings:
 @pytest.mark.parametrize("name, what", [("cumsum_rows", "a scan (cumsum)"),
                                         ("conv1d_depthwise", "neither per element"),
                                         ("cross_entropy", "a gather")])
-def test_a_reference_outside_the_families_gets_a_clear_message(name: str, what: str) -> None:
+def test_a_reference_outside_the_families_gets_a_clear_message(name: str, what: str, settings: Settings) -> None:
     with pytest.raises(NotRecognised) as raised:
-        analyse(load_task(TASKS / name), V6E)
+        _analyse(load_task(TASKS / name), settings)
     assert what in str(raised.value)
 
 
@@ -80,12 +86,12 @@ def get_test_inputs():
 """
 
 
-def test_something_that_only_looks_like_attention_is_refused(tmp_path: Path) -> None:
+def test_something_that_only_looks_like_attention_is_refused(tmp_path: Path, settings: Settings) -> None:
     (tmp_path / "reference.py").write_text(FAKE_ATTENTION)
     (tmp_path / "kernel_task.yaml").write_text("task_id: fake\ndescription: not attention\natol: 1.0e-3\n"
                                                "rtol: 1.0e-3\n")
     with pytest.raises(NotRecognised, match="looks like attention .* but does not compute it"):
-        analyse(load_task(tmp_path), V6E)
+        _analyse(load_task(tmp_path), settings)
 
 
 def test_make_brain_says_which_families_it_writes(settings: Settings) -> None:
@@ -94,10 +100,10 @@ def test_make_brain_says_which_families_it_writes(settings: Settings) -> None:
         make_brain("offline", settings, Budget(), task=task, chip=V6E)
 
 
-def test_plans_have_the_fixed_sections_reasons_and_revisions() -> None:
+def test_plans_have_the_fixed_sections_reasons_and_revisions(settings: Settings) -> None:
     task = load_task(TASKS / "matmul_bias_gelu")
-    brain = OfflineBrain(task=task, chip=V6E)
-    ctx = task_context(task, V6E)
+    brain = offline_brain(task, V6E, settings)
+    ctx = task_context(task, V6E, settings)
     plan = subagents.plan(brain, ctx)  # parsed strictly: every section present
     assert "arithmetic intensity" in plan.sections["analysis"] and "ridge point" in plan.sections["analysis"]
     assert "Parameters:" in plan.sections["tiling and memory"]
@@ -107,10 +113,10 @@ def test_plans_have_the_fixed_sections_reasons_and_revisions() -> None:
     assert revised.sections["tiling and memory"] != plan.sections["tiling and memory"]
 
 
-def test_a_redirect_is_applied_and_what_was_not_understood_is_said() -> None:
+def test_a_redirect_is_applied_and_what_was_not_understood_is_said(settings: Settings) -> None:
     task = load_task(TASKS / "softmax")
-    brain = OfflineBrain(task=task, chip=V6E)
-    ctx = task_context(task, V6E)
+    brain = offline_brain(task, V6E, settings)
+    ctx = task_context(task, V6E, settings)
     plan = subagents.plan(brain, ctx, redirect="rows 64, vmem 32 MiB, make it sing")
     impact = plan.sections["expected impact"]
     assert "BLOCK_ROWS = 64" in impact and "VMEM_LIMIT_BYTES = 33554432" in impact
@@ -139,7 +145,7 @@ def test_random_epilogue_chains_get_ok_or_a_clear_refusal(tmp_path: Path, settin
         chain = rng.sample(sorted(EPILOGUE), rng.randint(1, 5))
         dtype = "bfloat16" if i % 2 else "float32"
         task = load_task(chain_task(tmp_path, f"chain{i}", chain, dtype, m, k, n))
-        spec = analyse(task, V6E)
+        spec = _analyse(task, settings)
         # Half of them with the epilogue outside the kernel, one with single-buffered inputs.
         params = {**choose(spec, V6E)[0], "FUSE_EPILOGUE": i % 2 == 0, "BUFFERS": 1 if i == 2 else 2}
         requests.append(EvalRequest(task.path, _write(tmp_path, f"k{i}", source(spec, params)), "v6e"))
@@ -150,10 +156,10 @@ def test_random_epilogue_chains_get_ok_or_a_clear_refusal(tmp_path: Path, settin
     assert not failures, failures
 
 
-def test_the_epilogue_fusion_and_accumulation_are_parameters_a_person_can_redirect() -> None:
+def test_the_epilogue_fusion_and_accumulation_are_parameters_a_person_can_redirect(settings: Settings) -> None:
     task = load_task(TASKS / "matmul_bias_gelu")
-    brain = OfflineBrain(task=task, chip=V6E)
-    ctx = task_context(task, V6E)
+    brain = offline_brain(task, V6E, settings)
+    ctx = task_context(task, V6E, settings)
     plan = subagents.plan(brain, ctx, redirect="no epilogue fusion, single buffering, bf16 accumulation")
     impact = plan.sections["expected impact"]
     assert "FUSE_EPILOGUE = False" in impact and "BUFFERS = 1" in impact
@@ -174,7 +180,7 @@ def test_a_row_reduction_that_keeps_its_dimension_gets_the_reference_s_shape(tmp
         "    return [jax.random.normal(jax.random.key(0), (256, 512), jnp.float32)], []\n")
     (task_dir / "kernel_task.yaml").write_text("task_id: keepdims_sum\natol: 0.001\nrtol: 0.001\n")
     task = load_task(task_dir)
-    spec = analyse(task, V6E)
+    spec = _analyse(task, settings)
     (result,) = evaluate_many([EvalRequest(task.path, _write(tmp_path, "kd", source(spec, choose(spec, V6E)[0])),
                                            "v6e")], settings)
     assert getattr(result, "verdict", None) == "ok", getattr(result, "message", result)
@@ -210,8 +216,8 @@ def test_a_tile_that_only_lacked_scoped_vmem_keeps_its_size_and_gets_the_limit(t
     yaml = (TASKS / "matmul_softmax" / "kernel_task.yaml").read_text()
     (task_dir / "kernel_task.yaml").write_text(yaml.replace("task_id: matmul_softmax", f"task_id: {task_dir.name}"))
     task = load_task(task_dir)
-    brain = OfflineBrain(task=task, chip=V6E)
-    ctx = task_context(task, V6E)
+    brain = offline_brain(task, V6E, settings)
+    ctx = task_context(task, V6E, settings)
     code = subagents.implement(brain, ctx, subagents.plan(brain, ctx))
     tight = {**tunable.current(code), "BLOCK_M": 512, "VMEM_LIMIT_BYTES": 16 * 2**20}
     rejected = evaluate(EvalRequest(task.path, _write(tmp_path, "tight", tunable.with_params(code, tight)), "v6e"),

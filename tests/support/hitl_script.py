@@ -37,7 +37,7 @@ def replayed(path: Path, on_stage: StageCallback | None = None) -> EvalResult:
 def machine(engine: Engine, settings: Settings, workdir: Path) -> HitlMachine:
     task, chip = load_task(TASKS / "softmax"), get_chip("v6e")
     return HitlMachine(engine=engine, brain=make_brain("offline", settings, Budget(), task=task, chip=chip),
-                       ctx=task_context(task, chip), evaluate=replayed, workdir=workdir,
+                       ctx=task_context(task, chip, settings), evaluate=replayed, workdir=workdir,
                        config=AutoConfig(max_iterations=3))
 
 
@@ -62,6 +62,6 @@ def finished_auto(engine: Engine, settings: Settings, workdir: Path, *, channel:
                                budget={"brain": "offline", "iterations": 1}, slack_channel=channel)
     task, chip = load_task(TASKS / "softmax"), get_chip("v6e")
     AutoLoop(engine=engine, brain=make_brain("offline", settings, Budget(), task=task, chip=chip),
-             ctx=task_context(task, chip), evaluate=replayed, workdir=workdir,
+             ctx=task_context(task, chip, settings), evaluate=replayed, workdir=workdir,
              config=AutoConfig(max_iterations=1)).run(session_id)
     return session_id

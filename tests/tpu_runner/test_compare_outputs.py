@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tpu_runner.correctness import CandidateFailed, Comparison, check_configuration, compare_outputs
+from tpu_runner.compare import Comparison, compare_outputs
+from tpu_runner.correctness import CandidateFailed, check_configuration
 from tpu_runner.inputs import EVALUATOR_CASES, case_inputs
 from tpu_runner.tasks import ArgSpec, Configuration
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from storage.settings import Settings
-from tests.conftest import CORPUS, TASKS
+from tests.conftest import TASKS
 from tpu_runner.evaluate import EvalRequest, KernelFileError, evaluate
+from tpu_runner.spares import SparePool
 from tpu_runner.tasks import TaskError
 
 ADD_REFERENCE = """
@@ -69,9 +70,11 @@ def _kernel(root: Path, source: str) -> Path:
 
 
 @pytest.mark.slow
-def test_task_without_test_inputs_is_checked_on_derived_shapes(tmp_path: Path, settings: Settings) -> None:
+def test_task_without_test_inputs_is_checked_on_derived_shapes(tmp_path: Path, settings: Settings,
+                                                               spares: SparePool) -> None:
     task = _task(tmp_path, "add_large", ADD_REFERENCE.format(rows=8192))
-    result = evaluate(EvalRequest(task, _kernel(tmp_path, PALLAS_ADD.format(block_rows=256)), "v6e"), settings)
+    result = evaluate(EvalRequest(task, _kernel(tmp_path, PALLAS_ADD.format(block_rows=256)), "v6e"), settings,
+                      spares=spares)
     assert result.verdict == "ok", result.message
     assert result.correctness and result.correctness.status == "passed"
     assert all(c.name.startswith("derived[0]") for c in result.correctness.cases)
@@ -79,13 +82,15 @@ def test_task_without_test_inputs_is_checked_on_derived_shapes(tmp_path: Path, s
 
 
 @pytest.mark.slow
-def test_estimate_of_a_pallas_add_matches_xla_near_the_hbm_bound(tmp_path: Path, settings: Settings) -> None:
+def test_estimate_of_a_pallas_add_matches_xla_near_the_hbm_bound(tmp_path: Path, settings: Settings,
+                                                                 spares: SparePool) -> None:
     # Both move the same 805 MB; on hardware they take the same time, bound by HBM (the toolchain note).
     task = _task(tmp_path, "add", ADD_REFERENCE.format(rows=8192) + """
 def get_test_inputs(dtype=jnp.float32):
     return [jnp.ones((64, 8192), dtype), jnp.ones((64, 8192), dtype)], []
 """)
-    result = evaluate(EvalRequest(task, _kernel(tmp_path, PALLAS_ADD.format(block_rows=512)), "v6e"), settings)
+    result = evaluate(EvalRequest(task, _kernel(tmp_path, PALLAS_ADD.format(block_rows=512)), "v6e"), settings,
+                      spares=spares)
     perf = result.performance
     assert result.verdict == "ok", result.message
     assert perf is not None and perf.method == "estimated" and perf.bound == "memory"
@@ -95,95 +100,87 @@ def get_test_inputs(dtype=jnp.float32):
 
 
 @pytest.mark.slow
-def test_reference_that_is_not_exact_about_shapes_gives_unverified_not_ok(tmp_path: Path, settings: Settings) -> None:
+def test_reference_that_is_not_exact_about_shapes_gives_unverified_not_ok(tmp_path: Path, settings: Settings,
+                                                                          spares: SparePool) -> None:
     task = _task(tmp_path, "add_fixed", ADD_REFERENCE.format(rows=8192).replace(
         "    return x + y", "    assert x.shape == (8192, 8192), 'this reference only takes its own shape'\n"
                             "    return x + y"))
-    result = evaluate(EvalRequest(task, _kernel(tmp_path, PALLAS_ADD.format(block_rows=512)), "v6e"), settings)
+    result = evaluate(EvalRequest(task, _kernel(tmp_path, PALLAS_ADD.format(block_rows=512)), "v6e"), settings,
+                      spares=spares)
     assert result.verdict == "unverified", result.message
     assert result.correctness and result.correctness.status == "not_checked"
     assert "correctness not checked" in " ".join(result.correctness.notes)
     assert result.performance is not None  # still estimated, and labelled so
 
 
-def test_missing_task_directory(tmp_path: Path, settings: Settings) -> None:
+def test_missing_task_directory(tmp_path: Path, settings: Settings, spares: SparePool) -> None:
     with pytest.raises(TaskError, match="does not exist"):
-        evaluate(EvalRequest(tmp_path / "nope", TASKS / "softmax/solutions/pallas.py", "v6e"), settings)
+        evaluate(EvalRequest(tmp_path / "nope", TASKS / "softmax/solutions/pallas.py", "v6e"), settings, spares=spares)
 
 
-def test_missing_kernel_file(settings: Settings) -> None:
+def test_missing_kernel_file(settings: Settings, spares: SparePool) -> None:
     with pytest.raises(KernelFileError, match="cannot read the kernel file"):
-        evaluate(EvalRequest(TASKS / "softmax", Path("/nonexistent/kernel.py"), "v6e"), settings)
+        evaluate(EvalRequest(TASKS / "softmax", Path("/nonexistent/kernel.py"), "v6e"), settings, spares=spares)
 
 
-def test_yaml_without_tolerances(tmp_path: Path, settings: Settings) -> None:
+def test_yaml_without_tolerances(tmp_path: Path, settings: Settings, spares: SparePool) -> None:
     task = _task(tmp_path, "no_tol", ADD_REFERENCE.format(rows=64), yaml="")
     with pytest.raises(TaskError, match="missing 'atol'"):
-        evaluate(EvalRequest(task, _kernel(tmp_path, PALLAS_ADD.format(block_rows=8)), "v6e"), settings)
+        evaluate(EvalRequest(task, _kernel(tmp_path, PALLAS_ADD.format(block_rows=8)), "v6e"), settings, spares=spares)
 
 
 @pytest.mark.slow
-def test_reference_that_raises(tmp_path: Path, settings: Settings) -> None:
+def test_reference_that_raises(tmp_path: Path, settings: Settings, spares: SparePool) -> None:
     task = _task(tmp_path, "raises", "import jax\nraise RuntimeError('the reference is broken')\n"
                  "def computation(x, y):\n    return x + y\n")
     with pytest.raises(TaskError, match="RuntimeError: the reference is broken"):
-        evaluate(EvalRequest(task, _kernel(tmp_path, PALLAS_ADD.format(block_rows=8)), "v6e"), settings)
+        evaluate(EvalRequest(task, _kernel(tmp_path, PALLAS_ADD.format(block_rows=8)), "v6e"), settings, spares=spares)
 
 
 @pytest.mark.slow
-def test_reference_that_produces_nan(tmp_path: Path, settings: Settings) -> None:
+def test_reference_that_produces_nan(tmp_path: Path, settings: Settings, spares: SparePool) -> None:
     task = _task(tmp_path, "nan_ref", ADD_REFERENCE.format(rows=64).replace(
         "return x + y", "return (x + y) * jnp.nan") + """
 def get_test_inputs(dtype=jnp.float32):
     return [jnp.ones((64, 8192), dtype), jnp.ones((64, 8192), dtype)], []
 """)
     with pytest.raises(TaskError, match="reference produces NaN or inf"):
-        evaluate(EvalRequest(task, _kernel(tmp_path, PALLAS_ADD.format(block_rows=8)), "v6e"), settings)
+        evaluate(EvalRequest(task, _kernel(tmp_path, PALLAS_ADD.format(block_rows=8)), "v6e"), settings, spares=spares)
 
 
 
-@pytest.mark.slow
-def test_a_reference_libtpu_aborts_on_is_the_task_s_fault_not_the_candidate_s(tmp_path: Path,
-                                                                               settings: Settings) -> None:
-    """libtpu aborts on a bf16 softmax inside a Pallas kernel (tests/corpus/bad/compiler_crash.py); here that is
-    in the reference, after a correct candidate compiled: the evaluation is refused as a task error naming the
-    failed check, rather than a compile_error that would send the self-debugger after a sound kernel."""
-    crash = (CORPUS / "bad" / "compiler_crash.py").read_text()
-    reference = ADD_REFERENCE.format(rows=64).replace("def computation(x, y):\n    return x + y",
-                                                      "def computation(x, y):\n    return _softmax(x) + y")
-    task = _task(tmp_path, "crashing_ref", reference + crash.replace("def computation(x):", "def _softmax(x):"))
-    with pytest.raises(TaskError, match="libtpu aborted while compiling the reference of task crashing_ref for v6e "
-                                        r"\(an internal check failed on the reference's program") as refused:
-        evaluate(EvalRequest(task, _kernel(tmp_path, PALLAS_ADD.format(block_rows=8)), "v6e"), settings)
-    assert "Check failed" in str(refused.value) or "LLO_CHECK" in str(refused.value)
-
-
-ATTENTION_F32_HEAD_64 = """
+ATTENTION_BF16 = """
 import jax
 import jax.numpy as jnp
 
 
 def computation(q, k, v):
-    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / 8.0
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / jnp.sqrt(128.0).astype(q.dtype)
     return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
 
 
 def get_inputs():
     keys = jax.random.split(jax.random.PRNGKey(0), 3)
-    return [jax.random.normal(key, (2, 8, 512, 64), jnp.float32) for key in keys], []
+    return [jax.random.normal(key, (1, 8, 1024, 128), jnp.bfloat16) for key in keys], []
 """
 
 
 @pytest.mark.slow
-def test_a_program_the_static_profiler_refuses_is_a_compiler_crash_quoting_it(tmp_path: Path,
-                                                                               settings: Settings) -> None:
-    """The causal-attention solution (written for bf16, head_dim 128) on f32 head_dim 64: libtpu's static profiler
-    aborts ("Cannot schedule FIFO pop ..."). It is named as such, not as an anonymous crash with a stack trace."""
-    task = _task(tmp_path, "attention_f32_64", ATTENTION_F32_HEAD_64)
-    result = evaluate(EvalRequest(task, TASKS / "causal_attention" / "solutions" / "pallas.py", "v6e"), settings)
-    assert (result.verdict, result.stage, result.error and result.error.kind) == (
-        "compile_error", "compile", "compiler_crash"), result.message
-    assert "Static LLO profiling of" in result.error.detail and "FIFO" in result.error.detail
+def test_a_reference_the_static_profiler_aborts_on_is_still_evaluated(tmp_path: Path, settings: Settings,
+                                                                      spares: SparePool) -> None:
+    """libtpu's static profiler aborts on XLA's bf16 attention for v6e (as on the public suite's attention
+    tasks), while libtpu compiles it: the evaluation goes on, both programs estimated the same other way."""
+    task = _task(tmp_path, "attention_bf16", ATTENTION_BF16, yaml="atol: 2.0e-2\nrtol: 4.0e-2\n")
+    result = evaluate(EvalRequest(task, TASKS / "gqa_attention" / "solutions" / "pallas.py", "v6e"), settings,
+                      spares=spares)
+    assert result.verdict == "ok", result.message
+    perf = result.performance
+    assert perf is not None and perf.method == "estimated"
+    assert perf.detail["cycle_model"].startswith("cost-analysis roofline")
+    assert perf.detail["reference_cycles"] == 0 and perf.detail["candidate_cycles"] == 0  # one model for both
+    note = next(n for n in perf.detail["notes"] if "reference's program" in n)
+    assert "static profiler aborted" in note and ("LLO_CHECK" in note or "Check failed" in note)
+
 
 PURE_JAX_ADD = """
 import jax.numpy as jnp
@@ -196,10 +193,11 @@ def computation(x, y):
 
 
 @pytest.mark.slow
-def test_measured_path_runs_end_to_end_on_the_cpu_backend(tmp_path: Path, settings: Settings) -> None:
+def test_measured_path_runs_end_to_end_on_the_cpu_backend(tmp_path: Path, settings: Settings,
+                                                          spares: SparePool) -> None:
     task = _task(tmp_path, "add_small", ADD_REFERENCE.format(rows=256))
     request = EvalRequest(task, _kernel(tmp_path, PURE_JAX_ADD), "v6e", allow_pure_jax=True, measure=True)
-    result = evaluate(request, settings)
+    result = evaluate(request, settings, spares=spares)
     perf = result.performance
     assert result.verdict == "ok", result.message
     assert perf is not None and perf.method == "measured" and perf.roofline_fraction is None

@@ -175,7 +175,7 @@ def _candidate(name: str, task: Task, settings: Settings, scratch: Path) -> Cand
     brain = make_brain("offline", settings, Budget(), task=task, chip=V6E)
     family = brain.spec.family  # type: ignore[attr-defined]
     assert family == OFFLINE[name], f"{name}: the offline brain took it for {family}, not {OFFLINE[name]}"
-    ctx = task_context(task, V6E)
+    ctx = task_context(task, V6E, settings)
     code = subagents.implement(brain, ctx, subagents.plan(brain, ctx))
     path = scratch / f"{name}.py"
     path.write_text(code)

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from storage.settings import EvalLimits
-from tpu_runner.sandbox import SparePool, child_environment, run_child
+from tpu_runner.sandbox import child_environment, run_child, spawn
+from tpu_runner.spares import SparePool
 
 PROBE = """
 import json, os, socket
@@ -121,7 +122,8 @@ def test_spare_pool_keeps_children_started_ahead_and_cleans_up(tmp_path: Path) -
     spare = pool._spares["k"][0]
     assert spare.alive and spare is not first  # started before anyone asked for it
     out = tmp_path / "first.txt"
-    outcome = first.run([str(out)], stage_file=tmp_path / "stage", limits=EvalLimits(wall_seconds=30))
+    outcome = first.run([str(out)], stage_file=tmp_path / "stage", limits=EvalLimits(wall_seconds=30),
+                        writable=(tmp_path,))
     assert outcome.returncode == 0 and out.read_text() == str(first.proc.pid)
     second = pool.acquire("k", env_for)
     assert second is spare  # the spare serves the next request; a new one replaces it
@@ -130,3 +132,40 @@ def test_spare_pool_keeps_children_started_ahead_and_cleans_up(tmp_path: Path) -
     pool.close()
     assert not waiting.alive and not waiting.scratch.exists()
     second.discard()
+
+
+def test_a_child_writes_only_beneath_its_scratch_directory_and_what_it_is_given(tmp_path: Path) -> None:
+    """Landlock: the database, the caches and other evaluations' artifacts are out of a candidate's reach."""
+    outside, given = tmp_path / "runner-home", tmp_path / "artifacts"
+    outside.mkdir()
+    given.mkdir()
+    (outside / "kernelbot.db").write_text("the database")
+    script = _script(tmp_path, textwrap.dedent("""\
+        import os, sys
+        results = {}
+        for name, path in (("scratch", "mine.txt"), ("given", sys.argv[2] + "/ok.txt"),
+                           ("outside", sys.argv[1] + "/planted.txt"), ("database", sys.argv[1] + "/kernelbot.db")):
+            try:
+                with open(path, "a") as f:
+                    f.write("x")
+                results[name] = "written"
+            except OSError as exc:
+                results[name] = type(exc).__name__
+        try:
+            os.remove(sys.argv[1] + "/kernelbot.db")
+            results["remove"] = "removed"
+        except OSError as exc:
+            results["remove"] = type(exc).__name__
+        print(results, os.environ.get("KERNELBOT_SANDBOX"))
+    """))
+    workdir = tmp_path / "work"
+    env = child_environment(workdir=workdir, llo_dump_dir=None, on_tpu=False, target_accelerator="v6e-1")
+    child = spawn(target=str(script), scratch=workdir, env=env, limits=EvalLimits(wall_seconds=30))
+    outcome = child.run([str(outside), str(given)], stage_file=workdir / "stage", limits=EvalLimits(wall_seconds=30),
+                        writable=(given,))
+    assert outcome.returncode == 0, outcome.stderr_tail
+    assert "'scratch': 'written'" in outcome.stdout_tail and "'given': 'written'" in outcome.stdout_tail
+    for name in ("outside", "database", "remove"):
+        assert f"'{name}': 'PermissionError'" in outcome.stdout_tail, outcome.stdout_tail
+    assert "writes confined (Landlock ABI" in outcome.stdout_tail
+    assert (outside / "kernelbot.db").read_text() == "the database" and not (outside / "planted.txt").exists()

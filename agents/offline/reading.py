@@ -1,0 +1,230 @@
+"""The offline brain's reading of a task, done where task code may run: a sandboxed child, never the runner.
+
+A reference pasted in Slack or written by `kernelbot port` is code from a person; the runner holding the
+database credentials must not import it. So a child (`python -m tpu_runner.sandbox_entry LIMITS
+agents.offline.reading`, through `tpu_runner.sandbox.run_one_shot`) traces the reference's programs - at the
+production shapes and at `get_test_inputs()` - and, for a program that looks like attention, runs it beside a
+plain model of attention on the test inputs. What comes back is data: the programs as JSON (`encode`/`decode`,
+no pickle) and the answer of that comparison. The brain recognises families from the data alone.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents.offline.program import Op, Program, Value
+from storage.settings import Settings
+from tpu_runner.sandbox import run_one_shot
+from tpu_runner.tasks import Task
+
+READING_VERSION = "1"
+
+
+class Opaque:
+    """A parameter value that did not survive the trip as itself (its repr stands in, for equality and text)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Opaque) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+
+def _enums() -> dict[str, type[enum.Enum]]:
+    from jax import lax
+
+    return {"Precision": lax.Precision, "DotAlgorithmPreset": lax.DotAlgorithmPreset}
+
+
+def _encode(value: Any) -> Any:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a NamedTuple (dimension numbers)
+        return {"namedtuple": type(value).__name__, "fields": {f: _encode(getattr(value, f)) for f in value._fields}}
+    if isinstance(value, tuple | list):
+        return {"tuple" if isinstance(value, tuple) else "list": [_encode(v) for v in value]}
+    if isinstance(value, enum.Enum) and type(value).__name__ in _enums():
+        return {"enum": type(value).__name__, "name": value.name}
+    if isinstance(value, np.dtype) or type(value).__name__ in ("dtype", "DType") or isinstance(value, type) and \
+            issubclass(value, np.generic):
+        return {"dtype": np.dtype(value).name}
+    return {"opaque": repr(value)}
+
+
+def _decode(value: Any) -> Any:
+    if not isinstance(value, dict):
+        return value
+    if "tuple" in value:
+        return tuple(_decode(v) for v in value["tuple"])
+    if "list" in value:
+        return [_decode(v) for v in value["list"]]
+    if "enum" in value:
+        return _enums()[value["enum"]][value["name"]]
+    if "dtype" in value:
+        return np.dtype(value["dtype"]) if value["dtype"] != "bfloat16" else np.dtype("bfloat16")
+    if "namedtuple" in value:
+        from jax import lax
+
+        cls = getattr(lax, value["namedtuple"], None)
+        fields = {k: _decode(v) for k, v in value["fields"].items()}
+        return cls(**fields) if cls is not None else tuple(fields.values())
+    return Opaque(value["opaque"])
+
+
+def _arg(a: Any) -> Any:
+    return {"value": a.id, "shape": list(a.shape), "dtype": a.dtype} if isinstance(a, Value) else a
+
+
+def _unarg(a: Any) -> Any:
+    return Value(a["value"], tuple(a["shape"]), a["dtype"]) if isinstance(a, dict) else a
+
+
+def encode(program: Program) -> dict[str, Any]:
+    return {"inputs": [_arg(v) for v in program.inputs],
+            "ops": [{"prim": op.prim, "args": [_arg(a) for a in op.args], "out": _arg(op.out),
+                     "params": {k: _encode(v) for k, v in op.params.items()}} for op in program.ops],
+            "outputs": [_arg(a) for a in program.outputs], "static": _encode(tuple(program.static)),
+            "consts": {str(k): {"dtype": np.asarray(v).dtype.name, "values": np.asarray(v).tolist()}
+                       for k, v in program.consts.items()}}
+
+
+def decode(data: dict[str, Any]) -> Program:
+    import ml_dtypes  # noqa: F401 - bfloat16 constants
+
+    return Program(inputs=[_unarg(v) for v in data["inputs"]],
+                   ops=[Op(o["prim"], tuple(_unarg(a) for a in o["args"]),
+                           {k: _decode(v) for k, v in o["params"].items()}, _unarg(o["out"])) for o in data["ops"]],
+                   outputs=[_unarg(a) for a in data["outputs"]], static=_decode(data["static"]),
+                   consts={int(k): np.asarray(c["values"], dtype=np.dtype(c["dtype"])) for k, c in
+                           data["consts"].items()})
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What the offline brain knows of a task: its programs and, for attention, whether the numbers agree."""
+
+    task_digest: str
+    programs: list[Program]  # at the production shapes, one per configuration
+    tests: list[Program]  # at get_test_inputs(), one per configuration
+    attention_check: str | None  # None: not attention-like; "agrees", or why the numbers do not
+
+
+# --- the child --------------------------------------------------------------------------------------------------
+
+
+def _read(task_dir: str) -> dict[str, Any]:
+    from agents.offline.attention import Attention, confirm
+    from agents.offline.expr import NotRecognised
+    from agents.offline.families import recognise
+    from agents.offline.program import trace
+    from tpu_runner.tasks import (
+        abstract_configurations,
+        concrete_configurations,
+        has_test_inputs,
+        import_reference,
+        load_task,
+    )
+
+    task = load_task(task_dir)
+    programs = [trace(task, c) for c in abstract_configurations(task)]
+    tests = concrete_configurations(task, "get_test_inputs") if has_test_inputs(task) else []
+    test_programs = [trace(task, c) for c in tests]
+    check = None
+    try:
+        spec = recognise(programs[0])
+    except (NotRecognised, NotImplementedError):
+        spec = None
+    if isinstance(spec, Attention):
+        config = tests[0] if tests else None
+        if config is None or config.values is None:
+            check = "attention-like, but the task has no get_test_inputs to confirm it on"
+        else:
+            try:
+                confirm(import_reference(task).computation, spec, list(config.values), config.static)
+                check = "agrees"
+            except NotRecognised as exc:
+                check = str(exc)
+    return {"digest": task.digest, "programs": [encode(p) for p in programs],
+            "tests": [encode(p) for p in test_programs], "attention_check": check}
+
+
+def main(argv: list[str]) -> int:
+    request_path = Path(argv[1])
+    request = json.loads(request_path.read_text())
+    out: dict[str, Any] = {}
+    for task_dir in request["task_dirs"]:
+        try:
+            out[task_dir] = {"ok": True, **_read(task_dir)}
+        except Exception as exc:  # noqa: BLE001 - the answer for that task, said as such
+            out[task_dir] = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:1500]}"}
+    tmp = request_path.with_name("reading.json.tmp")
+    tmp.write_text(json.dumps(out))
+    tmp.replace(request_path.with_name("reading.json"))
+    return 0
+
+
+def reading_key(digest: str) -> str:
+    import jax
+
+    return hashlib.sha256(f"{digest}-{jax.__version__}-{READING_VERSION}".encode()).hexdigest()[:20]
+
+
+# --- the runner's side -------------------------------------------------------------------------------------------
+
+
+def read_tasks(tasks: list[Task], settings: Settings) -> dict[str, Reading]:
+    """Each task's reading by digest, from the cache or one sandboxed child for all that are missing.
+
+    Raises NotRecognised for a task whose program cannot be read (with the child's reason)."""
+    from agents.offline.expr import NotRecognised
+
+    cache = settings.cache_dir / "offline"
+    cache.mkdir(parents=True, exist_ok=True)
+    missing = [t for t in tasks if not (cache / f"{reading_key(t.digest)}.json").is_file()]
+    if missing:
+        outcome, report = run_one_shot(module="agents.offline.reading", root=settings.home / "sandbox",
+                                       prefix="reading", limits=settings.limits, report_name="reading.json",
+                                       request_for=lambda _: {"task_dirs": [str(t.path) for t in missing]})
+        if report is None:
+            how = "ran out of time" if outcome.timed_out else "ran out of memory" if outcome.memory_exceeded else \
+                f"ended with {outcome.signal_name or outcome.returncode}"
+            raise NotRecognised(f"reading the reference's program {how} ({outcome.stage or 'starting'}):\n"
+                                + "\n".join(outcome.stderr_tail.strip().splitlines()[-6:]))
+        for task in missing:
+            entry = report[str(task.path)]
+            if not entry["ok"]:
+                raise NotRecognised(f"the reference's program cannot be read: {entry['error']}")
+            tmp = cache / f"{reading_key(task.digest)}.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps(entry))
+            tmp.replace(cache / f"{reading_key(task.digest)}.json")
+    out = {}
+    for task in tasks:
+        data = json.loads((cache / f"{reading_key(task.digest)}.json").read_text())
+        out[task.digest] = Reading(task_digest=task.digest, programs=[decode(p) for p in data["programs"]],
+                                   tests=[decode(p) for p in data["tests"]], attention_check=data["attention_check"])
+    return out
+
+
+def read_task(task: Task, settings: Settings) -> Reading:
+    return read_tasks([task], settings)[task.digest]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,193 @@
+"""Run a reference on the CPU as a TPU computes it, or as exactly as float64 allows.
+
+`as_on_tpu`: on TPU, XLA multiplies f32 matrices (dot_general, convolutions) with bf16 operands and f32
+accumulation unless the program asks for more (`precision=HIGH/HIGHEST`, an f32 dot algorithm, or a higher
+default matmul precision); elementwise f32 work stays f32. On the CPU no precision setting changes the result,
+so the operands of every default-precision f32 dot and convolution are rounded to bf16 explicitly. A kernel
+that computes as XLA does on the TPU is then compared like with like, and one that computes in full f32 is
+still within the float64 truth's allowance (see `compare.compare_outputs`).
+
+`in_float64`: the same program with every floating value, constant and result type widened to float64 - the
+truth an honest kernel's rounding is measured against. Programs written as `lax.*_p.bind` (as `kernelbot port`
+writes them) fix their dtypes in every equation, so calling them on float64 inputs does not work; rewriting
+the program does.
+
+Both walk the traced program equation by equation, with one rule deciding what each equation becomes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend import core as jex_core
+
+ROUNDED_PRIMITIVES = frozenset({"dot_general", "conv_general_dilated"})
+# Calls whose body runs inline: evaluated here, equation by equation, so their equations are rewritten too.
+INLINE_CALLS = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
+                "remat": "jaxpr", "checkpoint": "jaxpr", "custom_jvp_call": "call_jaxpr",
+                "custom_vjp_call": "call_jaxpr", "custom_vjp_call_jaxpr": "fun_jaxpr"}
+DTYPE_PARAMS = ("preferred_element_type", "new_dtype", "dtype")
+
+
+class Rule:
+    """How equations are rewritten. `touches` says whether a program has anything to rewrite (else it runs as
+    it is); `apply` returns an equation's outputs, or None to bind it with `params` as usual."""
+
+    def touches(self, eqn: Any) -> bool:
+        raise NotImplementedError
+
+    def apply(self, eqn: Any, args: Sequence[Any]) -> list[Any] | None:
+        raise NotImplementedError
+
+    def params(self, eqn: Any) -> dict[str, Any]:
+        return dict(eqn.params)
+
+    def value(self, x: Any) -> Any:
+        return x
+
+
+def _default_precision(precision: Any) -> bool:
+    if precision is None:
+        return True
+    if isinstance(precision, tuple | list):
+        return all(p is None or str(p).endswith("DEFAULT") for p in precision)
+    return str(precision).endswith("DEFAULT")
+
+
+class _AsOnTpu(Rule):
+    def touches(self, eqn: Any) -> bool:
+        """A default-precision f32 dot or convolution: bf16 operands on the TPU."""
+        if eqn.primitive.name not in ROUNDED_PRIMITIVES or not _default_precision(eqn.params.get("precision")):
+            return False
+        configured = str(jax.config.jax_default_matmul_precision or "default").lower()
+        if configured not in ("default", "bfloat16", "fastest"):
+            return False
+        return all(getattr(v.aval, "dtype", None) == jnp.float32 for v in eqn.invars)
+
+    def apply(self, eqn: Any, args: Sequence[Any]) -> list[Any] | None:
+        if not self.touches(eqn):
+            return None
+        operands = [x.astype(jnp.bfloat16) for x in args]
+        out = eqn.primitive.bind(*operands, **dict(eqn.params, preferred_element_type=jnp.float32))
+        return [out.astype(eqn.outvars[0].aval.dtype)]
+
+
+def _floating(dtype: Any) -> bool:
+    try:
+        return bool(jnp.issubdtype(dtype, jnp.floating))
+    except TypeError:
+        return False
+
+
+class _InFloat64(Rule):
+    def touches(self, eqn: Any) -> bool:
+        return True
+
+    def apply(self, eqn: Any, args: Sequence[Any]) -> list[Any] | None:
+        return None
+
+    def params(self, eqn: Any) -> dict[str, Any]:
+        params = dict(eqn.params)
+        for key in DTYPE_PARAMS:
+            if key in params and params[key] is not None and _floating(params[key]):
+                params[key] = jnp.float64
+        return params
+
+    def value(self, x: Any) -> Any:
+        dtype = getattr(x, "dtype", None)
+        if dtype is not None and _floating(dtype) and dtype != jnp.float64:
+            return x.astype(jnp.float64) if hasattr(x, "astype") else np.float64(x)
+        if isinstance(x, float):
+            return np.float64(x)
+        return x
+
+
+def _sub_jaxprs(params: dict[str, Any]) -> list[Any]:
+    found = []
+    for value in params.values():
+        for item in value if isinstance(value, tuple | list) else (value,):
+            if isinstance(item, jex_core.ClosedJaxpr | jex_core.Jaxpr):
+                found.append(item)
+    return found
+
+
+def _touches(jaxpr: Any, rule: Rule) -> bool:
+    inner = jaxpr.jaxpr if isinstance(jaxpr, jex_core.ClosedJaxpr) else jaxpr
+    return any(rule.touches(eqn) or any(_touches(sub, rule) for sub in _sub_jaxprs(eqn.params))
+               for eqn in inner.eqns)
+
+
+def _closed(jaxpr: Any) -> jex_core.ClosedJaxpr:
+    return jaxpr if isinstance(jaxpr, jex_core.ClosedJaxpr) else jex_core.ClosedJaxpr(jaxpr, ())
+
+
+def _rewritten(closed: jex_core.ClosedJaxpr, rule: Rule) -> jex_core.ClosedJaxpr:
+    """A control-flow body rewritten by the rule, as a closed jaxpr over its (rewritten) operand types."""
+    avals = [jax.ShapeDtypeStruct(a.shape, rule.value(np.zeros((), a.dtype)).dtype
+                                  if _floating(a.dtype) else a.dtype) for a in closed.in_avals]
+    return jax.make_jaxpr(lambda *xs: evaluate(closed, xs, rule))(*avals)
+
+
+def _apply(eqn: Any, args: list[Any], rule: Rule) -> list[Any]:
+    direct = rule.apply(eqn, args)
+    if direct is not None:
+        return direct
+    key = INLINE_CALLS.get(eqn.primitive.name)
+    if key is not None and key in eqn.params and _touches(eqn.params[key], rule):
+        return list(evaluate(_closed(eqn.params[key]), args, rule))
+    params = rule.params(eqn)
+    if any(_touches(sub, rule) for sub in _sub_jaxprs(eqn.params)):
+        for k, v in eqn.params.items():
+            if isinstance(v, jex_core.ClosedJaxpr):
+                params[k] = _rewritten(v, rule)
+            elif isinstance(v, tuple | list) and v and all(isinstance(x, jex_core.ClosedJaxpr) for x in v):
+                params[k] = type(v)(_rewritten(x, rule) for x in v)
+    out = eqn.primitive.bind(*args, **params)
+    return list(out) if eqn.primitive.multiple_results else [out]
+
+
+def evaluate(closed: jex_core.ClosedJaxpr, args: Sequence[Any], rule: Rule) -> list[Any]:
+    jaxpr = closed.jaxpr
+    env: dict[Any, Any] = {}
+
+    def read(var: Any) -> Any:
+        return rule.value(var.val) if isinstance(var, jex_core.Literal) else env[var]
+
+    for var, value in zip(jaxpr.constvars, closed.consts, strict=True):
+        env[var] = rule.value(value)
+    for var, value in zip(jaxpr.invars, args, strict=True):
+        env[var] = rule.value(value)
+    for eqn in jaxpr.eqns:
+        outs = _apply(eqn, [read(v) for v in eqn.invars], rule)
+        for var, value in zip(eqn.outvars, outs, strict=True):
+            env[var] = value
+    return [read(v) for v in jaxpr.outvars]
+
+
+def as_on_tpu(fn: Callable[..., Any], static: Sequence[Any]) -> Callable[..., Any]:
+    """`fn(*dynamic, *static)` computed as XLA computes it on a TPU by default (see the module docstring)."""
+    rule = _AsOnTpu()
+
+    def run(*dynamic: Any) -> Any:
+        closed = jax.make_jaxpr(lambda *d: fn(*d, *static))(*dynamic)
+        if not _touches(closed, rule):
+            return fn(*dynamic, *static)
+        out_tree = jax.tree.structure(jax.eval_shape(lambda *d: fn(*d, *static), *dynamic))
+        return jax.tree.unflatten(out_tree, evaluate(closed, dynamic, rule))
+
+    return jax.jit(run)
+
+
+def in_float64(fn: Callable[..., Any], static: Sequence[Any], dynamic: Sequence[np.ndarray]) -> Any:
+    """`fn(*dynamic, *static)` with every floating value and type widened to float64 (see the module
+    docstring). The program is traced at the inputs' own dtypes, then evaluated wide; needs jax_enable_x64."""
+    closed = jax.make_jaxpr(lambda *d: fn(*d, *static))(*dynamic)
+    out_tree = jax.tree.structure(jax.eval_shape(lambda *d: fn(*d, *static), *dynamic))
+    rule = _InFloat64()
+    with jax.enable_x64(True):
+        wide = jax.jit(lambda *d: evaluate(closed, d, rule))(*[rule.value(jnp.asarray(x)) for x in dynamic])
+    return jax.tree.unflatten(out_tree, wide)

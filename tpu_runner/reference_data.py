@@ -1,0 +1,195 @@
+"""What the evaluator knows of a task's reference, computed in the reference's child and cached on disk.
+
+- its production configurations and exported programs (`programs`), once per task version and JAX version;
+- the compiler's figures for those programs (`costs`), once per target and profile mode;
+- its outputs on evaluator-owned inputs (`outputs`), once per configuration and case.
+Caches live under the runner's cache directory, which a candidate's sandbox cannot write (Landlock), so a
+candidate cannot plant the answer it is compared with. Concurrent evaluations of one task in this process wait
+for each other rather than running the reference twice; files appear by rename, so other processes see whole
+entries or none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import threading
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from storage.settings import EvalLimits, Settings
+from tpu_runner.compile_service import CompileAnswer, CompileService
+from tpu_runner.protocol import OutputJob, ReferenceReport, ReferenceRequest, write_json
+from tpu_runner.sandbox import ChildOutcome, child_environment, run_child
+from tpu_runner.tasks import Configuration, Task, TaskError, config_from_json
+
+NUMERICS = "tpu-default-v2"  # how the reference's outputs are computed (numerics.as_on_tpu); part of every key
+LAYOUT = "v3"  # of the programs' cache entries
+_locks: dict[str, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def _lock(key: str) -> threading.Lock:
+    with _locks_guard:
+        return _locks.setdefault(key, threading.Lock())
+
+
+def output_key(task: Task, config: dict[str, Any], values_from: str | None) -> str:
+    text = json.dumps([task.digest, config, values_from, NUMERICS, jax.__version__], sort_keys=True)
+    return f"{task.task_id}-{hashlib.sha256(text.encode()).hexdigest()[:20]}"
+
+
+def _stopped(outcome: ChildOutcome, task: Task, limits: EvalLimits) -> str:
+    doing = outcome.stage or "starting"
+    if outcome.timed_out:
+        return (f"the reference of task {task.task_id} did not finish within {limits.wall_seconds} s ({doing}); "
+                "raise KERNELBOT_EVAL_TIMEOUT or make its check shapes smaller")
+    if outcome.memory_exceeded:
+        return (f"the reference of task {task.task_id} needs more than {limits.memory_mib} MiB ({doing}); raise "
+                "KERNELBOT_EVAL_MEMORY_MIB to evaluate it")
+    how = f"was killed by {outcome.signal_name}" if outcome.signal_name else f"exited with {outcome.returncode}"
+    tail = "\n".join(outcome.stderr_tail.strip().splitlines()[-10:])[-1500:]
+    return f"the reference's process of task {task.task_id} {how} ({doing}) without a result:\n{tail}"
+
+
+class ReferenceStore:
+    def __init__(self, *, cache_dir: Path, sandbox_dir: Path, limits: EvalLimits):
+        self.cache_dir, self.sandbox_dir, self.limits = cache_dir, sandbox_dir, limits
+
+    def _dir(self, task: Task) -> Path:
+        return self.cache_dir / "reference" / f"{task.task_id}-{task.digest}-jax{jax.__version__}-{LAYOUT}"
+
+    def _run(self, tasks: list[Task], *, export: bool, jobs: list[OutputJob]) -> tuple[ReferenceReport, Path]:
+        scratch = self.sandbox_dir / f"reference-{uuid.uuid4().hex[:10]}"
+        scratch.mkdir(parents=True)
+        request = ReferenceRequest(task_dirs=[str(t.path) for t in tasks], out_dir=str(scratch / "out"),
+                                   export=export, outputs=jobs)
+        write_json(scratch / "request.json", request)
+        env = child_environment(workdir=scratch, llo_dump_dir=None, on_tpu=False, target_accelerator="v6e-1")
+        outcome = run_child(module="tpu_runner.reference_run", args=[str(scratch / "request.json")],
+                            workdir=scratch, env=env, limits=self.limits)
+        path = scratch / "reference_report.json"
+        if outcome.returncode != 0 or not path.is_file() or outcome.timed_out or outcome.memory_exceeded:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise TaskError(_stopped(outcome, tasks[0], self.limits))
+        report = ReferenceReport.read(path)
+        if report.task_error:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise TaskError(report.task_error)
+        return report, scratch
+
+    # -- programs -----------------------------------------------------------------------------------------------
+    def programs(self, task: Task) -> tuple[list[dict[str, Any]], list[Path]]:
+        """The production configurations (as JSON) and the reference's exported program for each."""
+        data = self._index(task)
+        return data["production"], [self._dir(task) / name for name in data["programs"]]
+
+    def used_inputs(self, task: Task) -> list[list[bool]]:
+        """Per production configuration, which inputs the reference reads at all."""
+        return self._index(task)["used_inputs"]
+
+    def prefetch(self, tasks: list[Task]) -> dict[str, TaskError]:
+        """Describe every task not cached yet in one reference child (one start-up of Python and JAX for all);
+        returns the tasks that failed, by task id, with why."""
+        missing = [t for t in tasks if not (self._dir(t) / "programs.json").is_file()]
+        if not missing:
+            return {}
+        report, scratch = self._run(missing, export=True, jobs=[])
+        failed = {}
+        try:
+            for i, task in enumerate(missing):
+                described = report.exported.get(str(task.path), {"task_error": "the reference's child said nothing"})
+                if described.get("task_error"):
+                    failed[task.task_id] = TaskError(described["task_error"])
+                    continue
+                self._install(task, described, scratch / "out" / str(i))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return failed
+
+    def _install(self, task: Task, described: dict[str, Any], files: Path) -> None:
+        root = self._dir(task)
+        staging = root.with_name(root.name + f".{uuid.uuid4().hex[:6]}")
+        staging.mkdir(parents=True)
+        for name in described["programs"]:
+            shutil.move(files / name, staging / name)
+        (staging / "programs.json").write_text(json.dumps({k: described[k] for k in ("production", "programs",
+                                                                                       "used_inputs")}))
+        if root.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+        else:
+            staging.rename(root)
+
+    def _index(self, task: Task) -> dict[str, Any]:
+        root = self._dir(task)
+        index = root / "programs.json"
+        with _lock(str(root)):
+            if not index.is_file():
+                failed = self.prefetch([task])
+                if task.task_id in failed:
+                    raise failed[task.task_id]
+            return json.loads(index.read_text())
+
+    # -- compiler figures ---------------------------------------------------------------------------------------
+    def costs(self, task: Task, *, target: str, mode: str, compilers: CompileService,
+              profile: bool = True) -> list[CompileAnswer]:
+        """The compiler's figures for the reference's programs; with `profile`, its static cycle profile too."""
+        _, programs = self.programs(task)
+        path = self._dir(task) / f"costs-{target}-{mode if profile else 'unprofiled'}.json"
+        with _lock(str(path)):
+            if path.is_file():
+                return [CompileAnswer(**a) for a in json.loads(path.read_text())]
+            answers = []
+            for program in programs:
+                answer = compilers.compile(program, target=target, profile=profile)
+                if not answer.ok:
+                    assert answer.error is not None
+                    raise TaskError(f"the reference of task {task.task_id} does not compile for {target} "
+                                    f"({answer.error.kind}), so no candidate can be compared with it on this target:\n"
+                                    f"{answer.error.detail[:2000]}")
+                answers.append(answer)
+            tmp = path.with_suffix(f".{uuid.uuid4().hex[:6]}.tmp")
+            tmp.write_text(json.dumps([{**asdict(a), "error": None} for a in answers]))
+            tmp.replace(path)
+        return answers
+
+    # -- outputs --------------------------------------------------------------------------------------------------
+    def outputs(self, task: Task, jobs: list[OutputJob]) -> dict[str, dict[str, dict[str, Path | None]]]:
+        """key -> case -> {"expected", "truth", "perturbed"} files, computing what is not cached yet in one
+        reference run."""
+        root = self.cache_dir / "reference_outputs"
+        root.mkdir(parents=True, exist_ok=True)
+        with _lock(f"outputs-{task.task_id}-{task.digest}"):
+            missing = [job for job in jobs if not (root / f"{job.key}.json").is_file()]
+            if missing:
+                report, scratch = self._run([task], export=False, jobs=missing)
+                try:
+                    for job in missing:
+                        files = report.outputs.get(job.key, {})
+                        for names in files.values():
+                            for name in names.values():
+                                if name:
+                                    for part in (name, name.replace(".npz", ".json")):
+                                        shutil.move(scratch / "out" / part, root / part)
+                        (root / f"{job.key}.json").write_text(json.dumps(files))
+                finally:
+                    shutil.rmtree(scratch, ignore_errors=True)
+        found: dict[str, dict[str, dict[str, Path | None]]] = {}
+        for job in jobs:
+            files = json.loads((root / f"{job.key}.json").read_text())
+            found[job.key] = {case: {part: root / name if name else None for part, name in names.items()}
+                              for case, names in files.items()}
+        return found
+
+
+def production_configurations(task: Task, settings: Settings) -> list[Configuration]:
+    """The task's production input shapes, traced in the reference's sandboxed child (cached): for people and
+    agents to read, without running the task's code in this process."""
+    store = ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.home / "sandbox", limits=settings.limits)
+    configs, _ = store.programs(task)
+    return [config_from_json(c) for c in configs]

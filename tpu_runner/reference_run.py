@@ -1,0 +1,139 @@
+"""The reference's child: `python -m tpu_runner.sandbox_entry LIMITS tpu_runner.reference_run`, then the request.
+
+Runs task code only - never a candidate's - in the same kind of sandbox as a candidate (a reference pasted in
+Slack is code from a person). It describes the task's production configurations and exports the reference's
+programs for the compile servers, and computes the reference's outputs on evaluator-owned inputs: as XLA
+computes them on a TPU (`numerics.as_on_tpu`) and in float64. Writes `reference_report.json` beside the
+request and the arrays under `out_dir`; the evaluator caches both.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from tpu_runner.arrays import save_outputs
+from tpu_runner.correctness import run_reference_case
+from tpu_runner.inputs import EVALUATOR_CASES
+from tpu_runner.numerics import as_on_tpu
+from tpu_runner.protocol import ReferenceReport, ReferenceRequest, write_json
+from tpu_runner.tasks import (
+    TaskError,
+    abstract_configurations,
+    config_from_json,
+    config_to_json,
+    import_reference,
+    integer_inputs,
+    load_task,
+    with_integer_ranges,
+    with_values,
+)
+
+_CALLS = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr", "custom_jvp_call": "call_jaxpr",
+          "custom_vjp_call": "call_jaxpr", "remat": "jaxpr", "checkpoint": "jaxpr"}
+
+
+def used_inputs(closed: Any) -> list[bool]:
+    """Which inputs the program reads at all (looking through nested calls, which take every argument): an
+    input it ignores is no compulsory traffic for the roofline."""
+    jaxpr = getattr(closed, "jaxpr", closed)
+    read: set[Any] = {v for v in jaxpr.outvars if not hasattr(v, "val")}
+    for eqn in jaxpr.eqns:
+        key = _CALLS.get(eqn.primitive.name)
+        inner = eqn.params.get(key) if key else None
+        if inner is not None and len(getattr(inner, "jaxpr", inner).invars) == len(eqn.invars):
+            read |= {v for v, used in zip(eqn.invars, used_inputs(inner), strict=True)
+                     if used and not hasattr(v, "val")}
+        else:
+            read |= {v for v in eqn.invars if not hasattr(v, "val")}
+    return [v in read for v in jaxpr.invars]
+
+
+def _stage(workdir: Path, name: str) -> None:
+    (workdir / "stage").write_text(name)
+
+
+def describe(task_dir: str, out: Path) -> dict[str, Any]:
+    """A task's production configurations, the inputs its reference reads, and its exported programs (written
+    under `out`)."""
+    task = load_task(task_dir)
+    ref_fn = import_reference(task).computation
+    described: dict[str, Any] = {"production": [], "programs": [], "used_inputs": [], "task_error": None}
+    out.mkdir(parents=True, exist_ok=True)
+    prod = with_integer_ranges(abstract_configurations(task), integer_inputs(task))
+    for i, config in enumerate(prod):
+        described["production"].append(config_to_json(config))
+        args = [jax.ShapeDtypeStruct(a.shape, np.dtype(a.dtype)) for a in config.dynamic]
+        fn = jax.jit(lambda *d, _c=config: ref_fn(*d, *_c.static))
+        described["used_inputs"].append(used_inputs(jax.make_jaxpr(fn)(*args)))
+        exported = jax.export.export(fn, platforms=["tpu"])(*args)
+        name = f"reference.config{i}.exported"
+        (out / name).write_bytes(exported.serialize())
+        described["programs"].append(name)
+    return described
+
+
+def _failure(exc: Exception) -> str:
+    if isinstance(exc, TaskError):
+        return str(exc)
+    return f"the reference raised {type(exc).__name__}: {str(exc)[:1500]}"
+
+
+def run(request: ReferenceRequest, workdir: Path) -> ReferenceReport:
+    report = ReferenceReport()
+    out = Path(request.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    if request.export:
+        for i, task_dir in enumerate(request.task_dirs):
+            _stage(workdir, f"reference of {Path(task_dir).name}")
+            try:
+                report.exported[task_dir] = describe(task_dir, out / str(i))
+            except Exception as exc:  # noqa: BLE001 - a reference that fails is the task's problem, said as such
+                report.exported[task_dir] = {"task_error": _failure(exc)}
+        report.timings["export"] = time.perf_counter() - t0
+    if not request.outputs:
+        return report
+    t1 = time.perf_counter()
+    try:
+        task = load_task(request.task_dirs[0])
+        ref_fn = import_reference(task).computation
+        cases = {c.name: c for c in EVALUATOR_CASES}
+        for job in request.outputs:
+            _stage(workdir, f"reference outputs {job.key}")
+            config = with_values(task, config_from_json(job.config), job.values_from)
+            on_tpu = as_on_tpu(ref_fn, config.static)
+            files: dict[str, dict[str, str | None]] = {}
+            for name in job.cases:
+                ran = run_reference_case(config=config, reference=ref_fn, case=cases[name], as_target=on_tpu)
+                if ran is None:
+                    continue
+                expected = f"{job.key}.{name}.expected.npz"
+                save_outputs(out / expected, ran.expected.tree, list(ran.expected.leaves))
+                saved: dict[str, str | None] = {"expected": expected, "truth": None, "perturbed": None}
+                for part, outputs in (("truth", ran.truth), ("perturbed", ran.perturbed)):
+                    if outputs is not None:
+                        saved[part] = f"{job.key}.{name}.{part}.npz"
+                        save_outputs(out / saved[part], outputs.tree, list(outputs.leaves))  # type: ignore[operator]
+                files[name] = saved
+            report.outputs[job.key] = files
+    except Exception as exc:  # noqa: BLE001 - likewise
+        report.task_error = _failure(exc)
+    report.timings["outputs"] = time.perf_counter() - t1
+    return report
+
+
+def main(argv: list[str]) -> int:
+    request_path = Path(argv[1])
+    report = run(ReferenceRequest.read(request_path), request_path.parent)
+    write_json(request_path.with_name("reference_report.json"), report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
