@@ -32,9 +32,12 @@ PROFILER_SIGNS = ("static llo profil", "llo_check", "static_llo")
 SERVER_CPU_SECONDS = 6 * 3600
 # The static profiler can take far more than the compile itself (20 GB and minutes on a grouped matmul whose
 # plain compile takes 0.6 GB and 2 s); beyond these it is given up and the estimate goes on without cycles.
-PROFILE_MEMORY_MIB = 4096
+PROFILE_MEMORY_MIB = 3072
 PROFILE_SECONDS = 120
 REQUESTS_PER_SERVER = 200  # then it is replaced, so caches and fragmentation do not pile up
+# A server that kept more than this after a compile is replaced too: the allocator does not give back what a
+# large program took, and the next large one would start from there (two 6 GB compiles need 8 GB more than one).
+RETIRE_RSS_MIB = 2048
 _POLL = 0.02
 
 
@@ -98,8 +101,9 @@ class CompileService:
         return self._spawn(target, profiled)
 
     def _release(self, target: str, server: _Server) -> None:
+        bloated = server.child.alive and _rss_mib(server.child.proc.pid) > RETIRE_RSS_MIB
         with self._lock:
-            if self._closed or not server.child.alive or server.served >= REQUESTS_PER_SERVER:
+            if self._closed or not server.child.alive or server.served >= REQUESTS_PER_SERVER or bloated:
                 self._discard(server)
                 return
             self._idle.setdefault((target, server.profiled), []).append(server)

@@ -77,7 +77,9 @@ class ReferenceRun:
     case: Case
     expected: OutputSet
     truth: OutputSet | None  # float64, None where the reference cannot run that way
-    perturbed: OutputSet | None = None  # float64 on inputs rounded once more at their precision (sensitivity)
+    # float64 on inputs rounded once more at their precision (the task's sensitivity): asked for only when an
+    # elementwise comparison fails, since it costs another float64 run of the reference
+    perturbed: Callable[[], OutputSet | None] | None = None
 
 
 def run_candidate_case(*, label: str, config: Configuration, candidate: Callable[..., Any], case: Case,
@@ -152,8 +154,13 @@ def run_reference_case(*, config: Configuration, reference: Callable[..., Any], 
         fn = jax.jit(reference, static_argnums=config.static_argnums)
         expected = as_output_set(jax.block_until_ready(fn(*_fresh(host, config.static))))
     truth = _float64_truth(reference, host, config)
-    perturbed = _float64_truth(reference, _perturbed(host, case.seed + 1), config) if truth is not None else None
-    return ReferenceRun(case, expected, truth, perturbed)
+    return ReferenceRun(case, expected, truth, lambda: perturbed_truth(config=config, reference=reference, case=case))
+
+
+def perturbed_truth(*, config: Configuration, reference: Callable[..., Any], case: Case) -> OutputSet | None:
+    """The reference in float64 on the case's inputs moved by one unit roundoff of their dtypes."""
+    host = case_inputs(config, case)
+    return None if host is None else _float64_truth(reference, _perturbed(host, case.seed + 1), config)
 
 
 @dataclass
@@ -188,9 +195,12 @@ class Judge:
         if not comparison.ok and comparison.error and comparison.error.kind == "mismatch" and ref.truth is not None:
             comparison = compare_outputs(cand.outputs, ref.expected, atol, self.rtol, ref.truth)
         note = ""
+        perturbed = None
         if not comparison.ok and comparison.error and comparison.error.kind == "mismatch" and ref.truth is not None \
                 and ref.perturbed is not None:
-            sensitive, note = within_sensitivity(cand.outputs, ref.truth, ref.perturbed)
+            perturbed = ref.perturbed()
+        if perturbed is not None and ref.truth is not None and cand.outputs is not None:
+            sensitive, note = within_sensitivity(cand.outputs, ref.truth, perturbed)
             if sensitive:
                 comparison = Comparison(True, comparison.max_abs_err, comparison.max_rel_err)
         if not comparison.ok:

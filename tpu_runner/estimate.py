@@ -44,8 +44,21 @@ def candidate_hbm_bytes(traffic: TrafficReport, cost: dict[str, float]) -> float
 
 
 def performance_flags(*, candidate_seconds: float, roofline: Roofline) -> list[str]:
+    """For a measured time: below the roofline is beyond what the chip can do."""
     flags: list[str] = []
     if candidate_seconds < PHYSICS_MARGIN * roofline.seconds:
         flags.append(f"faster_than_physics: {candidate_seconds * 1e3:.4g} ms is below the {roofline.bound} roofline "
                      f"of {roofline.seconds * 1e3:.4g} ms")
     return flags
+
+
+def traffic_flags(*, candidate_bytes: float, roofline: Roofline, chip_bandwidth: float) -> list[str]:
+    """For an estimate: a cycle count below the roofline is the model's optimism (the figure is then the
+    roofline), but a kernel whose own grid and BlockSpecs move fewer bytes than the task's inputs and outputs
+    hold skips data no correct kernel can skip."""
+    if candidate_bytes < PHYSICS_MARGIN * roofline.bytes:
+        return [f"faster_than_physics: its grid moves {candidate_bytes / 1e6:.4g} MB, less than the "
+                f"{roofline.bytes / 1e6:.4g} MB of inputs the task reads and outputs it writes "
+                f"({candidate_bytes / chip_bandwidth * 1e3:.4g} ms at HBM bandwidth is below the memory "
+                f"roofline of {roofline.bytes / chip_bandwidth * 1e3:.4g} ms)"]
+    return []

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from storage.settings import Settings
-from tpu_runner.arrays import load_outputs
+from tpu_runner.arrays import OutputSet, load_outputs
 from tpu_runner.chart import render_profile_chart
 from tpu_runner.compile_service import CompileAnswer, CompileService
 from tpu_runner.correctness import CandidateFailed, CandidateRun, Judge, ReferenceRun
@@ -349,10 +349,15 @@ class _Evaluation:
                 differs.append(f"{check.name}: " + "; ".join(check.differs))
             for out in check.cases:
                 files = reference[job.key][out.case]
-                expected, truth, perturbed = files["expected"], files.get("truth"), files.get("perturbed")
+                expected, truth = files["expected"], files.get("truth")
                 assert expected is not None
+
+                def perturbed(job: OutputJob = job, case: str = out.case) -> OutputSet | None:
+                    path = self.store.perturbed(self.task, job, case)
+                    return load_outputs(path) if path else None
+
                 ref = ReferenceRun(by_name[out.case], load_outputs(expected), load_outputs(truth) if truth else None,
-                                   load_outputs(perturbed) if perturbed else None)
+                                   perturbed)
                 cand = CandidateRun(by_name[out.case])
                 if out.error:
                     cand.error = EvalError(out.error["kind"], out.error["detail"], out.error.get("line"), "correctness")

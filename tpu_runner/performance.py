@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from tpu_runner.compile_service import CompileAnswer
-from tpu_runner.estimate import TimeEstimate, candidate_hbm_bytes, estimate, performance_flags
+from tpu_runner.estimate import TimeEstimate, candidate_hbm_bytes, estimate, performance_flags, traffic_flags
 from tpu_runner.hardware import ChipSpec, Roofline, roofline
 from tpu_runner.profile import kernel_facts
 from tpu_runner.result import Performance
@@ -85,7 +85,7 @@ def estimated_performance(chip: ChipSpec, mode: str, prod: list[Configuration], 
         model = "cost-analysis roofline (no static profile)"
     # Far below the roofline is suspicious (flagged); just below it is the cycle model's optimism, and no kernel
     # runs faster than the roofline, so both estimates are bounded by it.
-    flags = performance_flags(candidate_seconds=c_est.seconds, roofline=roof)
+    flags = traffic_flags(candidate_bytes=c_bytes, roofline=roof, chip_bandwidth=chip.hbm_bandwidth)
     c_s, r_s = max(c_est.seconds, roof.seconds), max(r_est.seconds, roof.seconds)
     if c_s > c_est.seconds and profiled:
         flags.append(f"estimate_at_roofline: the cycle model gave {c_est.seconds * 1e3:.4g} ms, below the "

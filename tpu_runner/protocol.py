@@ -125,6 +125,7 @@ class OutputJob:
     config: dict[str, Any]
     values_from: str | None
     cases: list[str]
+    perturbed: bool = False  # only the float64 run on perturbed inputs (sensitivity), for these cases
 
 
 @dataclass

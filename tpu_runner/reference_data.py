@@ -179,6 +179,34 @@ class ReferenceStore:
                         (root / f"{job.key}.json").write_text(json.dumps(files))
                 finally:
                     shutil.rmtree(scratch, ignore_errors=True)
+        return self._found(jobs)
+
+    def perturbed(self, task: Task, job: OutputJob, case: str) -> Path | None:
+        """The reference's float64 outputs on the case's inputs rounded once more (computed the first time it is
+        asked for, in a reference run of its own, and kept beside the case's other outputs)."""
+        root = self.cache_dir / "reference_outputs"
+        with _lock(f"outputs-{task.task_id}-{task.digest}"):
+            index = root / f"{job.key}.json"
+            files = json.loads(index.read_text())
+            if "perturbed" not in files.get(case, {}):
+                one = OutputJob(job.key, job.config, job.values_from, [case], perturbed=True)
+                report, scratch = self._run([task], export=False, jobs=[one])
+                try:
+                    name = report.outputs.get(job.key, {}).get(case, {}).get("perturbed")
+                    if name:
+                        for part in (name, name.replace(".npz", ".json")):
+                            shutil.move(scratch / "out" / part, root / part)
+                    files.setdefault(case, {})["perturbed"] = name
+                    tmp = index.with_suffix(f".{uuid.uuid4().hex[:6]}.tmp")
+                    tmp.write_text(json.dumps(files))
+                    tmp.replace(index)
+                finally:
+                    shutil.rmtree(scratch, ignore_errors=True)
+            name = files[case]["perturbed"]
+        return root / name if name else None
+
+    def _found(self, jobs: list[OutputJob]) -> dict[str, dict[str, dict[str, Path | None]]]:
+        root = self.cache_dir / "reference_outputs"
         found: dict[str, dict[str, dict[str, Path | None]]] = {}
         for job in jobs:
             files = json.loads((root / f"{job.key}.json").read_text())

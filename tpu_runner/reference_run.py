@@ -17,8 +17,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from tpu_runner.arrays import save_outputs
-from tpu_runner.correctness import run_reference_case
+from tpu_runner.arrays import OutputSet, save_outputs
+from tpu_runner.correctness import perturbed_truth, run_reference_case
 from tpu_runner.inputs import EVALUATOR_CASES
 from tpu_runner.numerics import as_on_tpu
 from tpu_runner.protocol import ReferenceReport, ReferenceRequest, write_json
@@ -78,6 +78,13 @@ def describe(task_dir: str, out: Path) -> dict[str, Any]:
     return described
 
 
+def _save(out: Path, name: str, outputs: OutputSet | None) -> str | None:
+    if outputs is None:
+        return None
+    save_outputs(out / name, outputs.tree, list(outputs.leaves))
+    return name
+
+
 def _failure(exc: Exception) -> str:
     if isinstance(exc, TaskError):
         return str(exc)
@@ -110,17 +117,15 @@ def run(request: ReferenceRequest, workdir: Path) -> ReferenceReport:
             on_tpu = as_on_tpu(ref_fn, config.static)
             files: dict[str, dict[str, str | None]] = {}
             for name in job.cases:
+                if job.perturbed:
+                    moved = perturbed_truth(config=config, reference=ref_fn, case=cases[name])
+                    files[name] = {"perturbed": _save(out, f"{job.key}.{name}.perturbed.npz", moved)}
+                    continue
                 ran = run_reference_case(config=config, reference=ref_fn, case=cases[name], as_target=on_tpu)
                 if ran is None:
                     continue
-                expected = f"{job.key}.{name}.expected.npz"
-                save_outputs(out / expected, ran.expected.tree, list(ran.expected.leaves))
-                saved: dict[str, str | None] = {"expected": expected, "truth": None, "perturbed": None}
-                for part, outputs in (("truth", ran.truth), ("perturbed", ran.perturbed)):
-                    if outputs is not None:
-                        saved[part] = f"{job.key}.{name}.{part}.npz"
-                        save_outputs(out / saved[part], outputs.tree, list(outputs.leaves))  # type: ignore[operator]
-                files[name] = saved
+                files[name] = {"expected": _save(out, f"{job.key}.{name}.expected.npz", ran.expected),
+                               "truth": _save(out, f"{job.key}.{name}.truth.npz", ran.truth)}
             report.outputs[job.key] = files
     except Exception as exc:  # noqa: BLE001 - likewise
         report.task_error = _failure(exc)

@@ -324,7 +324,7 @@ def open_form(app: Served, channel: str = "C1") -> dict[str, Any]:
     return view
 
 
-def updated_view(app: Served, view_id: str, timeout: float = 60.0) -> dict[str, Any]:
+def updated_view(app: Served, view_id: str, timeout: float = 180.0) -> dict[str, Any]:
     """The view once the background port has updated it."""
     wait_for(f"view {view_id} to be updated", lambda: any(
         method == "views.update" and args.get("view_id") == view_id for method, args in app.fake.calls), timeout)
@@ -513,7 +513,7 @@ def test_a_pasted_cuda_kernel_with_its_pytorch_reference_is_checked_against_it(
                                                                torch_reference=torch_reference)))
     assert status == 200 and body["response_action"] == "update"
     assert "writing a JAX reference from the CUDA source" in all_text(body["view"])
-    ported = updated_view(app, view["id"], timeout=90)
+    ported = updated_view(app, view["id"])
     assert ported["callback_id"] == PORTED_CALLBACK, all_text(ported)
     text = all_text(ported)
     assert "`x: float32[64,256] (input)`" in text and "`bias: float32[256] (weight)`" in text
@@ -531,7 +531,7 @@ def test_an_uploaded_triton_kernel_without_a_reference_is_ported_unverified(
     file_id = app.fake.add_upload("double.py", TRITON)
     submit_view(app.url, view, state(submission(name="double", source="", files=(UploadedFile(file_id,
                                                                                             "double.py"),))))
-    ported = updated_view(app, view["id"], timeout=90)
+    ported = updated_view(app, view["id"])
     assert ported["callback_id"] == PORTED_CALLBACK, all_text(ported)
     text = all_text(ported)
     assert "Triton kernel `double.py`" in text and "`x: float32[64,256]`" in text

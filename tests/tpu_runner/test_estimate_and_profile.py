@@ -8,7 +8,14 @@ from dataclasses import asdict, replace
 import pytest
 
 from tpu_runner.errors import candidate_line, classify_text, from_exception
-from tpu_runner.estimate import PHYSICS_MARGIN, TimeEstimate, candidate_hbm_bytes, estimate, performance_flags
+from tpu_runner.estimate import (
+    PHYSICS_MARGIN,
+    TimeEstimate,
+    candidate_hbm_bytes,
+    estimate,
+    performance_flags,
+    traffic_flags,
+)
 from tpu_runner.hardware import CHIPS, UnknownTarget, chip_for_device_kind, get_chip, roofline
 from tpu_runner.profile import DEFAULT_SCOPED_VMEM, hints, kernel_facts, summarise
 from tpu_runner.traffic import PallasCallTraffic, TrafficReport
@@ -145,6 +152,13 @@ def test_faster_than_physics_is_flagged():
     assert "memory roofline" in flags[0]
     assert performance_flags(candidate_seconds=PHYSICS_MARGIN * 1e-3 * 1.001, roofline=roof) == []
     assert performance_flags(candidate_seconds=2e-3, roofline=roof) == []
+
+
+def test_an_estimate_is_faster_than_physics_only_when_the_kernel_moves_less_than_the_task_must():
+    roof = roofline(V6E, flops=0.0, bytes_moved=1.64e9, dtype_name="float32")
+    skipped = traffic_flags(candidate_bytes=0.25 * 1.64e9, roofline=roof, chip_bandwidth=V6E.hbm_bandwidth)
+    assert len(skipped) == 1 and skipped[0].startswith("faster_than_physics") and "410 MB" in skipped[0]
+    assert traffic_flags(candidate_bytes=1.64e9, roofline=roof, chip_bandwidth=V6E.hbm_bandwidth) == []
 
 
 # --- profile ------------------------------------------------------------------------------------------------
