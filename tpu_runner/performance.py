@@ -85,14 +85,18 @@ def estimated_performance(chip: ChipSpec, mode: str, prod: list[Configuration], 
         model = "cost-analysis roofline (no static profile)"
     # Far below the roofline is suspicious (flagged); just below it is the cycle model's optimism, and no kernel
     # runs faster than the roofline, so both estimates are bounded by it.
-    flags = traffic_flags(candidate_bytes=c_bytes, roofline=roof, chip_bandwidth=chip.hbm_bandwidth)
+    exact_traffic = all(c.traffic.exact for c in cand)
+    # Bytes a kernel moves itself are not counted, so a shortfall is only evidence when the count is exact.
+    flags = traffic_flags(candidate_bytes=c_bytes, roofline=roof, chip_bandwidth=chip.hbm_bandwidth) \
+        if exact_traffic else []
     c_s, r_s = max(c_est.seconds, roof.seconds), max(r_est.seconds, roof.seconds)
     if c_s > c_est.seconds and profiled:
         flags.append(f"estimate_at_roofline: the cycle model gave {c_est.seconds * 1e3:.4g} ms, below the "
                      f"roofline; reported as the roofline")
-    if not all(c.traffic.exact for c in cand):
-        flags.append("traffic_lower_bound: a kernel moves data itself (memory_space ANY); its HBM bytes are a "
-                     "lower bound")
+    if not exact_traffic:
+        flags.append("traffic_lower_bound: a kernel's HBM bytes are not exact (it moves data itself with "
+                     "memory_space ANY, or its grid is known only at run time), so they are a lower bound and a "
+                     "shortfall against the task's bytes is not evidence")
     profile = {
         "method": "estimated", "target": chip.name,
         "candidate": {**asdict(c_est), "seconds": c_s, "bound": c_est.bound,
