@@ -48,7 +48,7 @@ class AutoOutcome:
         return self.best_candidate_id is not None
 
 
-_EVENT_FIELDS = ("candidate_id", "verdict", "message", "speedup", "method", "kernel_path", "reason")
+_EVENT_FIELDS = ("candidate_id", "verdict", "message", "speedup", "method", "band", "kernel_path", "reason")
 
 
 def step_event(index: int, kind: str, outputs: dict[str, Any]) -> dict[str, Any]:
@@ -172,6 +172,7 @@ class AutoLoop:
             s.add(evaluation_record(result, candidate_id=code_step["candidate_id"]))
         return {"candidate_id": code_step["candidate_id"], "verdict": result.verdict, "message": result.message,
                 "speedup": perf.speedup if perf else None, "method": perf.method if perf else None,
+                "band": perf.band if perf else None,
                 "error": result.error.to_json() if result.error else None, "kernel_path": str(path),
                 "profile_summary": (result.profile or {}).get("summary")}
 
@@ -190,6 +191,7 @@ class AutoLoop:
             sessions.add_event(s, session_id=session_id, kind=f"{self.mode}_{'paused' if waiting else 'finished'}",
                                payload={
                 "stop_reason": stop_reason, "best_candidate_id": p.best_candidate_id, "best_speedup": p.best_speedup,
+                "best_method": (best or {}).get("method"), "best_band": (best or {}).get("band"),
                 "evaluations": evaluations, "awaits_step": sessions.last_step_index(s, session_id=session_id)})
         return AutoOutcome(session_id=session_id, stop_reason=stop_reason, best_candidate_id=p.best_candidate_id,
                            best_speedup=p.best_speedup, best_kernel_path=best.get("kernel_path") if best else None,

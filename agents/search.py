@@ -61,6 +61,8 @@ class SearchOutcome:
     roofline_fraction: float | None = None
     profile_chart: str | None = None
     seed_speedup: float | None = None  # where the search started (the seed's own evaluation)
+    band: list[float] | None = None  # the best speedup's likely range (None: measured, or stored before bands)
+    seed_band: list[float] | None = None
 
     @property
     def improved(self) -> bool:
@@ -74,7 +76,8 @@ class SearchOutcome:
                 "budget": self.budget, "best_candidate_id": self.best_candidate_id, "improved": self.improved,
                 "best_strategy_path": self.best_strategy_path, "reference_ms": self.reference_ms,
                 "kernel_ms": self.kernel_ms, "roofline_fraction": self.roofline_fraction,
-                "profile_chart": self.profile_chart, "seed_speedup": self.seed_speedup}
+                "profile_chart": self.profile_chart, "seed_speedup": self.seed_speedup, "band": self.band,
+                "seed_band": self.seed_band}
 
 
 def _digest(code: str) -> str:
@@ -231,14 +234,30 @@ def _without_failed_jobs(s: Session, candidate_ids: list[int]) -> list[int]:
     return keep
 
 
+def _latest_evaluation(s: Session, candidate_id: int | None) -> Evaluation | None:
+    if candidate_id is None:
+        return None
+    return s.exec(select(Evaluation).where(Evaluation.candidate_id == candidate_id)
+                  .order_by(col(Evaluation.id).desc())).first()
+
+
+def _band(e: Evaluation | None) -> list[float] | None:
+    """An evaluated speedup's likely range (None: measured, not evaluated, or stored before bands)."""
+    return ((e.result or {}).get("performance") or {}).get("band") if e else None
+
+
 def _finish(s: Session, record: KernelSession, graph: Graph, reason: str = "") -> None:
     best = graph.best()
     record.status = "done"
     record.best_candidate_id = best.id if best else None
     s.add(record)
+    e = _latest_evaluation(s, record.best_candidate_id)
+    # The best speedup's method and likely range (band None: measured) for the thread's root and the digests.
     sessions.add_event(s, session_id=record.id, kind="search_finished", payload={
         "evaluations": graph.evaluations, "best_candidate_id": record.best_candidate_id,
-        "best_speedup": best.score if best else None, "reason": reason or "budget or strategies exhausted"})
+        "best_speedup": best.score if best else None, "best_method": e.method if e else None,
+        "best_band": _band(e),
+        "reason": reason or "budget or strategies exhausted"})
 
 
 def stop_search(s: Session, session_id: str, reason: str) -> None:
@@ -398,4 +417,6 @@ def outcome(s: Session, session_id: str) -> SearchOutcome:
                          roofline_fraction=perf.get("roofline_fraction") if best else None,
                          profile_chart=((e.result or {}).get("artifacts") or {}).get("profile_chart") if e and best
                          else None,
-                         seed_speedup=seed_eval.speedup if seed_eval and seed_eval.verdict == "ok" else None)
+                         seed_speedup=seed_eval.speedup if seed_eval and seed_eval.verdict == "ok" else None,
+                         band=_band(e) if best else None,
+                         seed_band=_band(seed_eval) if seed_eval and seed_eval.verdict == "ok" else None)

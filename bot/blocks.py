@@ -12,6 +12,8 @@ import re
 import time
 from typing import Any
 
+from bot.speedup import outcome_speedup
+
 SECTION_LIMIT = 3000
 MAX_BLOCKS = 50
 MESSAGE_TEXT_BUDGET = 10_000  # Slack refuses a message whose blocks hold about 12k characters (msg_blocks_too_long)
@@ -111,12 +113,6 @@ def button_value(raw: str) -> tuple[str, int | None]:
         raise ValueError(f"not a kernelbot button value: {raw!r}") from exc
 
 
-def _speedup(outcome: dict[str, Any]) -> str:
-    if outcome.get("speedup") is None:
-        return ""
-    return f"x{outcome['speedup']:.2f} ({outcome.get('method') or 'estimated'})"
-
-
 # -- the thread's root ----------------------------------------------------------------------------------------
 def session_root(*, session_id: str, task: str, target: str, mode: str, owner: str | None, status: str,
                  shapes: str = "") -> Payload:
@@ -144,7 +140,8 @@ def result_lines(outcome: dict[str, Any]) -> list[str]:
     """The result in a few lines: verdict, correctness, time against the reference (measured or estimated),
     speedup, fraction of roofline, bottleneck; for a failure, the stage and the error."""
     verdict = outcome.get("verdict") or "unknown"
-    lines = [f"*Result: {verdict}*" + (f"  {_speedup(outcome)}" if outcome.get("speedup") is not None else "")]
+    speedup = outcome_speedup(outcome)
+    lines = [f"*Result: {verdict}*" + (f"  {speedup}" if speedup else "")]
     correctness = outcome.get("correctness")
     if correctness:
         lines.append(f"correctness: {correctness}")
@@ -177,7 +174,7 @@ def result_card(*, session_id: str, step: int, outcome: dict[str, Any]) -> Paylo
         ("Iterate", "iterate", "primary"), ("Redirect…", "redirect", None), ("Hand off to Auto", "handoff", None),
         ("Finish", "finish", None)]))
     verdict = outcome.get("verdict") or "unknown"
-    return {"text": f"Result for session {session_id}: {verdict} {_speedup(outcome)}".rstrip(),
+    return {"text": f"Result for session {session_id}: {verdict} {outcome_speedup(outcome)}".rstrip(),
             "blocks": _capped(blocks)}
 
 
@@ -209,8 +206,8 @@ def auto_progress(*, session_id: str, iteration: int, max_iterations: int, doing
 def auto_summary(*, session_id: str, step: int, outcome: dict[str, Any]) -> Payload:
     """Auto's final word: the best kernel (attached beside it) and what to do with it."""
     if outcome.get("improved"):
-        head = (f"*Auto finished*: best kernel {_speedup(outcome)} after {outcome.get('evaluations', 0)} "
-                f"evaluation(s) (stopped: {outcome.get('stop_reason')})")
+        head = (f"*Auto finished* after {outcome.get('evaluations', 0)} evaluation(s) (stopped: "
+                f"{outcome.get('stop_reason')}): best kernel {outcome_speedup(outcome)}")
         buttons = [("Adopt this kernel", "adopt", "primary"), ("Continue with a search", "search", None),
                    ("Return to HITL", "handback", None)]
     else:
@@ -220,7 +217,7 @@ def auto_summary(*, session_id: str, step: int, outcome: dict[str, Any]) -> Payl
     lines = [head, *result_lines(outcome)[1:]] if outcome.get("verdict") else [head]
     blocks = _section("\n".join(lines))
     blocks.append(_actions(f"summary-{session_id}-{step}", session_id, step, buttons))
-    return {"text": f"Auto finished for session {session_id}: {_speedup(outcome) or 'no improvement'}",
+    return {"text": f"Auto finished for session {session_id}: {outcome_speedup(outcome) or 'no improvement'}",
             "blocks": _capped(blocks)}
 
 
@@ -233,14 +230,15 @@ def search_progress(*, evaluations: int, budget: int, best: str, duplicates: int
 
 def search_summary(*, outcome: dict[str, Any]) -> Payload:
     if outcome.get("improved"):
-        head = f"*Search finished*: best kernel {_speedup(outcome)}"
+        head = f"*Search finished*: best kernel {outcome_speedup(outcome)}"
     else:
         head = "*Search finished* without a kernel faster than the reference"
     lines = [head, f"{outcome.get('evaluations', 0)} evaluation(s), {outcome.get('duplicates', 0)} duplicate(s) "
                    f"skipped; {outcome.get('reason') or ''}".rstrip("; ")]
     if outcome.get("path"):
         lines.append("strategies that led there: " + " → ".join(outcome["path"]))
-    return {"text": f"Search finished: {_speedup(outcome) or 'no improvement'}", "blocks": _section("\n".join(lines))}
+    return {"text": f"Search finished: {outcome_speedup(outcome) or 'no improvement'}",
+            "blocks": _section("\n".join(lines))}
 
 
 # -- small things ---------------------------------------------------------------------------------------------

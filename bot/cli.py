@@ -45,7 +45,8 @@ def _friendly(exc: Exception) -> tuple[str, str] | None:
         return (f"cannot use the database: {str(exc.orig).strip().splitlines()[0]}",
                 "check KERNELBOT_DATABASE_URL and that the server is running")
     table: list[tuple[type[Exception], str]] = [
-        (TaskError, "check the task directory (reference.py + kernel_task.yaml); `kernelbot tasks` lists valid ones"),
+        (TaskError, "check the task directory (reference.py + kernel_task.yaml, or baseline.py); "
+                    "`kernelbot tasks` lists valid ones"),
         (KernelFileError, "pass the path of a Python file that defines computation(...)"),
         (UnknownTarget, f"use --target with one of {', '.join(CHIPS)}"),
         (SettingsError, "fix the environment variable named above"),

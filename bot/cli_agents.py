@@ -10,7 +10,9 @@ from typing import Annotated, Any
 import typer
 from sqlmodel import Session
 
+from bot import render
 from bot.cli import AsJson, Target, console, err_console, get_settings, run_command
+from bot.speedup import outcome_speedup
 from tpu_runner.spares import spare_pool
 
 _app = typer.Typer()
@@ -49,9 +51,9 @@ def run_auto(task_dir: Path, *, brain: str | None, budget: int, target: str | No
         if kind == "evaluate":
             state["evaluations"] += 1
             speedup = outputs.get("speedup")
-            if outputs.get("verdict") == "ok" and speedup and speedup > (state["best"] or 1.0):
-                state["best"] = speedup
-        best = f"x{state['best']:.2f}" if state["best"] else "none yet"
+            if outputs.get("verdict") == "ok" and speedup and speedup > (state["best"] or {}).get("speedup", 1.0):
+                state["best"] = outputs
+        best = outcome_speedup(state["best"] or {}) or "none yet"
         what = f"{kind}: {outputs.get('message', '')[:160]}" if kind == "evaluate" else kind
         if kind == "give_up":
             what = f"gave up on this iteration: {outputs.get('reason', '')[:160]}"
@@ -68,7 +70,7 @@ def run_auto(task_dir: Path, *, brain: str | None, budget: int, target: str | No
     best = outcome.best_result or {}
     summary = {"task": task_obj.task_id, "session_id": session_id, "target": chip.name,
                "verdict": best.get("verdict", "no_improvement"), "speedup": outcome.best_speedup,
-               "method": best.get("method"), "kernel_path": outcome.best_kernel_path,
+               "method": best.get("method"), "band": best.get("band"), "kernel_path": outcome.best_kernel_path,
                "evaluations": outcome.evaluations, "stop_reason": outcome.stop_reason,
                "improved": outcome.improved}
     return summary
@@ -91,13 +93,8 @@ def optimize_command(
         summary = run_auto(task, brain=brain, budget=budget, target=target, quiet=as_json, max_cost=max_cost)
         if as_json:
             print(json.dumps(summary, indent=1))
-        elif summary["improved"]:
-            console.print(f"best kernel: x{summary['speedup']:.2f} ({summary['method']}) in "
-                          f"{summary['kernel_path']} after {summary['evaluations']} evaluations; stopped: "
-                          f"{summary['stop_reason']}", soft_wrap=True)
         else:
-            console.print(f"no candidate beat the reference in {summary['evaluations']} evaluations; stopped: "
-                          f"{summary['stop_reason']}", soft_wrap=True)
+            console.print(render.auto_result_line(summary), soft_wrap=True)
         return 0
 
     run_command(run)
@@ -182,7 +179,7 @@ def chat_command(
                 outcome = build_loop(AutoLoop, **common).run(session_id)
                 break
         if outcome.improved:
-            console.print(f"best kernel: x{outcome.best_speedup:.2f} in {outcome.best_kernel_path} "
+            console.print(f"best kernel: {outcome_speedup(outcome.best_result or {})}; {outcome.best_kernel_path} "
                           f"({outcome.evaluations} evaluations)", soft_wrap=True)
         else:
             console.print(f"no candidate beat the reference ({outcome.evaluations} evaluations)")

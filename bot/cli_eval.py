@@ -96,8 +96,10 @@ def tasks_command(
 
 @_app.command("eval")
 def eval_command(
-    task: Annotated[Path, typer.Option("--task", help="Task directory (reference.py + kernel_task.yaml).")],
-    kernel: Annotated[Path, typer.Option("--kernel", help="Candidate module defining computation(...).")],
+    task: Annotated[Path, typer.Option("--task", help="Task directory (reference.py + kernel_task.yaml, or a "
+                                       "JAXBench workload with baseline.py).")],
+    kernel: Annotated[Path, typer.Option("--kernel", help="Candidate module defining computation(...) (or "
+                                         "JAXBench's workload(...)).")],
     target: Target = None,
     allow_pure_jax: Annotated[bool, typer.Option("--allow-pure-jax", help="Accept candidates without pallas_call.")]
     = False,

@@ -125,14 +125,8 @@ def search_command(
                                   target=target, quiet=as_json)
         if as_json:
             print(json.dumps(summary, indent=1))
-        elif summary["improved"]:
-            console.print(f"best kernel: x{summary['speedup']:.2f} ({summary['method']}) in {summary['kernel_path']}"
-                          f" via {' -> '.join(summary['best_strategy_path']) or 'the seed'}; "
-                          f"{summary['evaluations']} evaluations, {summary['duplicates']} duplicates not "
-                          f"re-evaluated; graph: {summary['graph_png']}", soft_wrap=True)
         else:
-            console.print(f"no candidate beat the reference in {summary['evaluations']} evaluations (best verdict: "
-                          f"{summary['verdict']}); graph: {summary['graph_png']}", soft_wrap=True)
+            console.print(render.search_result_line(summary), soft_wrap=True)
         return 0
 
     run_command(run)
@@ -229,9 +223,7 @@ def bench_command(
         else:
             s = report["summary"]
             for e in entries:
-                speed = f"x{e['speedup']:.2f} ({e['method']})" if e.get("speedup") else "-"
-                console.print(f"{e['task']:<22} {e.get('verdict') or 'not run':<15} {speed:<22} "
-                              f"{e.get('evaluations', 0)} evaluations {e.get('error', '')}", soft_wrap=True)
+                console.print(render.bench_line(e), soft_wrap=True)
             console.print(f"{s['tasks']} tasks: {s['compiled']} compiled, {s['correct']} correct, geomean speedup "
                           f"x{s['geomean_speedup']:.2f}, fast_1 {s['fast_1']:.0%}, fast_2 {s['fast_2']:.0%}")
         return 0

@@ -20,6 +20,7 @@ from agents.auto_decide import StepRecord
 from agents.hitl import waiting_for
 from bot.blocks import MAX_BLOCKS, SECTION_LIMIT, split_text
 from bot.kernel_commands import thread_link
+from bot.speedup import no_clear_gain, speedup_text, stored_band
 from bot.thread import Op, Payload, Show, Upload
 from storage import sessions
 from storage.models import DigestRun, Evaluation, Job, KernelSession, Runner, SessionEvent
@@ -50,8 +51,8 @@ def _new_bests(s: Session, since: float, until: float) -> list[dict[str, Any]]:
         kept = best.get(record.id)
         if kept is None or (evaluation.speedup or 0.0) > (kept[1].speedup or 0.0):
             best[record.id] = (record, evaluation)
-    items = [{**_where(r), "speedup": e.speedup, "method": e.method or "estimated", "verdict": e.verdict,
-              "candidate": e.candidate_id, "at": e.created_at} for r, e in best.values()]
+    items = [{**_where(r), "speedup": e.speedup, "method": e.method or "estimated", "band": stored_band(e.result),
+              "verdict": e.verdict, "candidate": e.candidate_id, "at": e.created_at} for r, e in best.values()]
     return sorted(items, key=lambda item: (-(item["speedup"] or 0.0), item["task"]))
 
 
@@ -62,7 +63,8 @@ def _searches(s: Session, since: float, until: float) -> list[dict[str, Any]]:
                          col(SessionEvent.created_at) < until)
                   .order_by(col(SessionEvent.id))).all()
     return [{**_where(r), "evaluations": int((e.payload or {}).get("evaluations") or 0),
-             "best_speedup": (e.payload or {}).get("best_speedup"), "reason": (e.payload or {}).get("reason"),
+             "best_speedup": (e.payload or {}).get("best_speedup"), "best_method": (e.payload or {}).get("best_method"),
+             "best_band": (e.payload or {}).get("best_band"), "reason": (e.payload or {}).get("reason"),
              "at": e.created_at} for e, r in rows]
 
 
@@ -181,22 +183,24 @@ def _link(item: dict[str, Any]) -> str:
     return f" - {link}" if link else ""
 
 
-def _speedup(value: float | None, method: str | None = None) -> str:
+def _speedup(value: float | None, method: str | None = None, band: list[float] | None = None) -> str:
+    """'x1.04 estimated, likely x0.90-x1.20: no clear gain'; without a method (stored before it was) 'x1.04'."""
     if value is None:
         return "no speedup"
-    return f"x{value:.2f}" + (f" {method}" if method else "")
+    return speedup_text(value, method, band) if method else f"x{value:.2f}"
 
 
 def _best_line(i: dict[str, Any]) -> str:
-    return (f"• *{_one_line(i['task'], 80)}* ({i['target']}) {_speedup(i['speedup'], i['method'])}, "
+    return (f"• *{_one_line(i['task'], 80)}* ({i['target']}) {_speedup(i['speedup'], i['method'], i.get('band'))}; "
             f"{i['mode']} `{i['session']}` of {_who(i.get('owner'))}{_link(i)}")
 
 
 def _search_line(i: dict[str, Any]) -> str:
     best = i.get("best_speedup")
-    found = f"best {_speedup(best)}" if best is not None else "no kernel faster than the reference"
-    return (f"• *{_one_line(i['task'], 80)}* ({i['target']}) `{i['session']}`: {found} after "
-            f"{i['evaluations']} evaluation(s){_link(i)}")
+    found = (f"best {_speedup(best, i.get('best_method'), i.get('best_band'))}" if best is not None
+             else "no kernel faster than the reference")
+    return (f"• *{_one_line(i['task'], 80)}* ({i['target']}) `{i['session']}`: {i['evaluations']} evaluation(s), "
+            f"{found}{_link(i)}")
 
 
 def _awaiting_line(i: dict[str, Any]) -> str:
@@ -318,9 +322,15 @@ def digest_chart(payload: dict[str, Any]) -> bytes | None:
     ax.barh([str(i["task"])[:32] for i in items], [i["speedup"] for i in items], color=colors)
     ax.axvline(1.0, color="black", linestyle="--", linewidth=1)
     for y, i in enumerate(items):
-        ax.text(i["speedup"], y, f" x{i['speedup']:.2f} {i.get('method') or 'estimated'}", va="center", fontsize=8)
-    ax.set_xlabel("speedup over the XLA reference (dashed: x1)")
-    ax.set_xlim(0, max(i["speedup"] for i in items) * 1.35)
+        band = i.get("band")
+        if band:  # the estimate's likely range as a whisker
+            ax.plot(band, [y, y], color="black", linewidth=1)
+        label = f" x{i['speedup']:.2f} {i.get('method') or 'estimated'}"
+        if band and no_clear_gain(band):
+            label += ", no clear gain"
+        ax.text(max(i["speedup"], *(band or [0.0])), y, label, va="center", fontsize=8)
+    ax.set_xlabel("speedup over the XLA reference (dashed: x1; whiskers: an estimate's likely range)")
+    ax.set_xlim(0, max(max(i["speedup"], *(i.get("band") or [0.0])) for i in items) * 1.35)
     ax.set_title("Best speedup per task (green: measured, grey: estimated)", fontsize=10)
     fig.tight_layout()
     out = io.BytesIO()

@@ -12,6 +12,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from bot.speedup import no_clear_gain, outcome_speedup, speedup_text
+from tpu_runner.band import describe_speedup
 from tpu_runner.result import EvalResult
 
 STAGE_LABELS = {
@@ -68,8 +70,9 @@ def result_panel(result: EvalResult) -> Panel:
     p = result.performance
     if p:
         rows.add_row("performance", f"{p.method}: candidate {p.candidate:.4g} {p.unit}, reference {p.reference:.4g} "
-                     f"{p.unit}, speedup x{p.speedup:.2f}, {p.roofline_fraction or 0:.0%} of roofline "
+                     f"{p.unit}, {p.roofline_fraction or 0:.0%} of roofline "
                      f"({p.roofline_ms:.4g} {p.unit}, {p.bound}-bound)")
+        rows.add_row("speedup", Text(describe_speedup(p), style="yellow" if no_clear_gain(p.band) else ""))
         for flag in p.flags:
             rows.add_row("flag", Text(flag, style="yellow"))
     if result.profile:
@@ -167,17 +170,44 @@ def search_summary_table(summary: dict[str, Any]) -> Table:
 
     table.add_row("XLA reference (baseline)", ms(summary.get("reference_ms")))
     seed = summary.get("seed_speedup")
-    table.add_row("first kernel (the seed)", f"x{seed:.2f}" if seed else "not ok")
+    table.add_row("first kernel (the seed)", speedup_text(seed, method, summary.get("seed_band")) if seed else "not ok")
     if summary.get("improved"):
         fraction = summary.get("roofline_fraction")
         table.add_row("best kernel", f"{ms(summary.get('kernel_ms'))}, {fraction or 0:.0%} of roofline")
-        table.add_row("speedup", Text(f"x{summary['speedup']:.2f} ({method})", style="green"))
+        table.add_row("speedup", Text(outcome_speedup(summary),
+                                      style="yellow" if no_clear_gain(summary.get("band")) else "green"))
         table.add_row("how", " -> ".join(summary.get("best_strategy_path") or []) or "the seed as written")
         table.add_row("kernel file", str(summary.get("kernel_path")))
         table.add_row("profile chart", str(summary.get("profile_chart")))
     else:
         table.add_row("result", Text("no candidate beat the reference"
-                                     + (f" (best ok: x{summary['speedup']:.2f})" if summary.get("speedup") else ""),
+                                     + (f" (best ok: {outcome_speedup(summary)})" if summary.get("speedup") else ""),
                                      style="yellow"))
     table.add_row("search graph", str(summary.get("graph_png")))
     return table
+
+
+def search_result_line(summary: dict[str, Any]) -> str:
+    """`kernelbot search`'s last line: the best kernel with its speedup (and likely range), or why there is none."""
+    if not summary.get("improved"):
+        return (f"no candidate beat the reference in {summary['evaluations']} evaluations (best verdict: "
+                f"{summary['verdict']}); graph: {summary['graph_png']}")
+    return (f"best kernel: {outcome_speedup(summary)}; {summary['kernel_path']} via "
+            f"{' -> '.join(summary['best_strategy_path']) or 'the seed'}; {summary['evaluations']} evaluations, "
+            f"{summary['duplicates']} duplicates not re-evaluated; graph: {summary['graph_png']}")
+
+
+def auto_result_line(summary: dict[str, Any]) -> str:
+    """`kernelbot optimize`'s last line: the best kernel with its speedup (and likely range), or that none won."""
+    if not summary.get("improved"):
+        return (f"no candidate beat the reference in {summary['evaluations']} evaluations; stopped: "
+                f"{summary['stop_reason']}")
+    return (f"best kernel: {outcome_speedup(summary)}; {summary['kernel_path']} after {summary['evaluations']} "
+            f"evaluations; stopped: {summary['stop_reason']}")
+
+
+def bench_line(entry: dict[str, Any]) -> str:
+    """One task of `kernelbot bench`: its verdict, its speedup (and likely range), the evaluations it took."""
+    speed = outcome_speedup(entry) if entry.get("speedup") else "-"
+    return (f"{entry['task']:<22} {entry.get('verdict') or 'not run':<15} {speed:<50} "
+            f"{entry.get('evaluations', 0)} evaluations {entry.get('error', '')}").rstrip()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot import blocks
+from bot.speedup import speedup_text
 
 Payload = dict[str, Any]
 
@@ -189,7 +190,9 @@ def _best_line(event: EventView) -> str:
     p = event.payload
     if p.get("best_speedup") is None:
         return "no kernel faster than the reference yet"
-    return f"best x{p['best_speedup']:.2f}"
+    if not p.get("best_method"):  # an event stored before the method and the band were
+        return f"best x{p['best_speedup']:.2f}"
+    return f"best {speedup_text(p['best_speedup'], p['best_method'], p.get('best_band'))}"
 
 
 def ops_for(event: EventView) -> list[Op]:
@@ -232,7 +235,7 @@ def ops_for(event: EventView) -> list[Op]:
             name = f"best_candidate_{p['best_candidate_id']}.py"
             ops.append(Upload(f"file:{name}", name, event.kernel.encode(), "best kernel"))
         ops += [Show(event.card.key, card_payload(event, event.card)),
-                root(event, f"Auto finished: {_best_line(event)} after {p.get('evaluations', 0)} evaluation(s)")]
+                root(event, f"Auto finished after {p.get('evaluations', 0)} evaluation(s): {_best_line(event)}")]
         return ops
     if event.kind in ("hitl_finished", "auto_finished"):
         return [root(event, f"{'cancelled' if s.status == 'cancelled' else 'finished'}: {_best_line(event)}")]
@@ -249,7 +252,7 @@ def ops_for(event: EventView) -> list[Op]:
             ops.append(Upload(f"file:{name}", name, event.kernel.encode(), "best kernel"))
         outcome = event.card.outcome if event.card else {}
         ops += [Show("summary:search", blocks.search_summary(outcome=outcome)),
-                root(event, f"search finished: {_best_line(event)} after {p.get('evaluations', 0)} evaluation(s)")]
+                root(event, f"search finished after {p.get('evaluations', 0)} evaluation(s): {_best_line(event)}")]
         return ops
     if event.kind == "job_failed":
         reason = str(p.get("reason", "")).strip()[:1500]

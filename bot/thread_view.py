@@ -13,13 +13,10 @@ from sqlmodel import Session, col, select
 
 from agents.auto_decide import AutoConfig, StepRecord, progress
 from agents.search import outcome as search_outcome
+from bot.speedup import speedup_text
 from bot.thread import Card, EventView, Progress, SessionView
 from storage.models import Candidate, Evaluation, KernelSession, SessionEvent, SlackMessage, Step
 from tpu_runner.chart import render_profile_chart
-
-
-def speedup_text(speedup: float | None, method: str | None) -> str:
-    return f"x{speedup:.2f} ({method or 'estimated'})" if speedup is not None else ""
 
 
 def evaluation_outcome(evaluate_outputs: dict[str, Any], result: dict[str, Any] | None) -> dict[str, Any]:
@@ -47,6 +44,7 @@ def evaluation_outcome(evaluate_outputs: dict[str, Any], result: dict[str, Any] 
         "message": evaluate_outputs.get("message") or result.get("message"),
         "speedup": perf.get("speedup", evaluate_outputs.get("speedup")),
         "method": perf.get("method", evaluate_outputs.get("method")),
+        "band": perf.get("band", evaluate_outputs.get("band")),
         "candidate_ms": perf.get("candidate"), "reference_ms": perf.get("reference"),
         "roofline_fraction": perf.get("roofline_fraction"), "bound": perf.get("bound"),
         "correctness": correctness, "bottleneck": bottleneck, "profile_summary": summary,
@@ -138,7 +136,7 @@ def _progress(data: SessionData, s: Session) -> Progress:
     if data.record.mode == "search":
         out = search_outcome(s, data.record.id)
         return Progress(evaluations=out.evaluations, duplicates=out.duplicates,
-                        best=speedup_text(out.speedup, out.method) if out.improved else "")
+                        best=speedup_text(out.speedup, out.method, out.band) if out.improved else "")
     records = data.records
     p = progress(records)
     best = next((r.outputs for r in records if r.kind == "evaluate"
@@ -146,7 +144,8 @@ def _progress(data: SessionData, s: Session) -> Progress:
     last_error = next((str((r.outputs.get("error") or {}).get("kind", "")) for r in reversed(records)
                        if r.kind == "evaluate"), "")
     return Progress(iteration=p.iterations, evaluations=sum(r.kind == "evaluate" for r in records),
-                    best=speedup_text(p.best_speedup, (best or {}).get("method")), debug_attempts=p.debug_attempts,
+                    best=speedup_text(p.best_speedup, (best or {}).get("method"), (best or {}).get("band")),
+                    debug_attempts=p.debug_attempts,
                     last_error=last_error)
 
 
@@ -219,7 +218,8 @@ def event_view(s: Session, data: SessionData, event: SessionEvent) -> EventView:
     if event.kind == "search_finished":
         out = search_outcome(s, data.record.id)
         view["card"] = Card("summary", 0, outcome={
-            "improved": out.improved, "speedup": out.speedup, "method": out.method, "evaluations": out.evaluations,
+            "improved": out.improved, "speedup": out.speedup, "method": out.method, "band": out.band,
+            "evaluations": out.evaluations,
             "duplicates": out.duplicates, "path": out.best_strategy_path, "reason": payload.get("reason")})
         if out.best_candidate_id:
             candidate = s.get(Candidate, out.best_candidate_id)

@@ -34,10 +34,10 @@ def render_profile_chart(profile: dict[str, Any], path: Path, *, title: str) -> 
     ops = sorted(cand.get("ops", []), key=lambda op: -op[1])[:8]
     if ops:
         names = [name[:28] for name, _ in ops][::-1]
-        right.barh(names, [c for _, c in ops][::-1], color="#8172B3")
-        right.set_xlabel("static cycles")
-        right.xaxis.set_major_formatter(EngFormatter())  # 40 k, not 40000 running into its neighbours
-        right.set_title("candidate: where the cycles go")
+        right.barh(names, [ns * 1e-9 for _, ns in ops][::-1], color="#8172B3")
+        right.set_xlabel("estimated time")
+        right.xaxis.set_major_formatter(EngFormatter(unit="s"))  # 40 µs, not 4e-05 running into its neighbours
+        right.set_title("candidate: where the time goes")
     else:
         kernels = profile.get("kernels", [])
         right.barh([k["name"][:28] for k in kernels] or ["(none)"],

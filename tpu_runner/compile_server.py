@@ -46,7 +46,9 @@ def _compile(exported_path: Path, target: str, profile: StaticProfile, keep_in: 
                      "generated_code_size_in_bytes"):
             memory[name] = int(getattr(mem, name, 0) or 0)
     ops = profile.collect(keep_in=keep_in, label="op")
+    # The optimised program: the time model reads its ops (`hlo_ops`), in the parent.
     return {"ok": True, "compile_seconds": seconds, "ops": ops, "memory": memory,
+            "hlo_text": compiled.as_text() or "",
             "cost": {k: float(v) for k, v in cost.items() if isinstance(v, int | float)},
             "profiled": profile.dump_dir is not None}
 

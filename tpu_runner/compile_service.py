@@ -23,6 +23,7 @@ from typing import Any
 
 from storage.settings import EvalLimits
 from tpu_runner.errors import classify_text
+from tpu_runner.hlo_ops import HloOp, parsed_hlo
 from tpu_runner.result import EvalError
 from tpu_runner.sandbox import Child, _rss_mib, child_environment, spawn
 
@@ -47,11 +48,24 @@ class CompileAnswer:
     cost: dict[str, float] = field(default_factory=dict)
     memory: dict[str, int] = field(default_factory=dict)
     ops: list[tuple[str, int]] = field(default_factory=list)  # (op, estimated cycles) from the static profile
+    hlo_text: str = ""  # the optimised program, as XLA prints it
     compile_seconds: float = 0.0
     profiled: bool = False  # the cycles come from the static profiler
     profile_failure: str | None = None  # why there are no cycles though the program compiled
     error: EvalError | None = None  # why it did not compile (stage "compile")
     peak_rss_mib: float = 0.0
+
+    @property
+    def hlo_ops(self) -> tuple[HloOp, ...]:
+        """The optimised program's top-level ops (parsed here, where the candidate never ran)."""
+        return parsed_hlo(self.hlo_text)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CompileAnswer:
+        """An answer cached as JSON (asdict) back as itself."""
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{**{k: v for k, v in data.items() if k in known},
+                      "ops": [(str(n), int(c)) for n, c in data.get("ops", [])]})
 
 
 def libtpu_checks(stderr: str) -> list[str]:
@@ -236,6 +250,7 @@ class CompileService:
     def _answer(answer: dict[str, Any], peak: float) -> CompileAnswer:
         return CompileAnswer(True, cost=answer["cost"], memory=answer["memory"],
                              ops=[(str(n), int(c)) for n, c in answer["ops"]],
+                             hlo_text=str(answer.get("hlo_text", "")),
                              compile_seconds=answer["compile_seconds"], profiled=bool(answer["profiled"]),
                              peak_rss_mib=peak)
 

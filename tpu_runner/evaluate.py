@@ -26,6 +26,7 @@ from typing import Any
 
 from storage.settings import Settings
 from tpu_runner.arrays import OutputSet, load_outputs
+from tpu_runner.band import band_text
 from tpu_runner.chart import render_profile_chart
 from tpu_runner.compile_service import CompileAnswer, CompileService
 from tpu_runner.correctness import CandidateFailed, CandidateRun, Judge, ReferenceRun
@@ -392,8 +393,10 @@ class _Evaluation:
             reasons.append("the estimate is faster than physics allows (" + physics[0].split(": ", 1)[-1] + "), so "
                            "the figure cannot be trusted")
         verdict = "unverified" if reasons else "ok"
+        likely = band_text(perf)
         message = (f"{verdict}: x{perf.speedup:.2f} vs reference ({perf.method}: {perf.candidate:.4g} ms vs "
-                   f"{perf.reference:.4g} ms on {chip.name}), {perf.roofline_fraction or 0:.0%} of roofline")
+                   f"{perf.reference:.4g} ms on {chip.name}{'; ' + likely if likely else ''}), "
+                   f"{perf.roofline_fraction or 0:.0%} of roofline")
         if reasons:
             message += "; " + "; ".join(reasons)[:500]
         if perf.flags:

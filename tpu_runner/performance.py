@@ -5,22 +5,23 @@ chart read. Everything they use was produced where the candidate never ran - the
 except the kernels' traffic, which is computed from the candidate's grid and BlockSpecs, and the times measured
 in the candidate's process on a device.
 
-The estimate is the same model for candidate and reference: max(static cycles / clock, HBM bytes / bandwidth)
-when libtpu's static profiler gave cycles for both; when it could not (it aborts on some programs), both fall
-back to the roofline of the compiler's cost analysis, max(FLOPs / peak, bytes / bandwidth), and say so.
+The estimate is the same model for candidate and reference (`timing_model`: op by op, calibrated on measured
+TPU times), with the likely range of the speedup it implies (`band`).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
+from tpu_runner.band import program_band, speedup_band
 from tpu_runner.compile_service import CompileAnswer
-from tpu_runner.estimate import TimeEstimate, candidate_hbm_bytes, estimate, performance_flags, traffic_flags
+from tpu_runner.estimate import candidate_hbm_bytes, performance_flags, traffic_flags
 from tpu_runner.hardware import ChipSpec, Roofline, roofline
 from tpu_runner.profile import kernel_facts
 from tpu_runner.result import Performance
 from tpu_runner.tasks import Configuration
+from tpu_runner.timing_model import KERNEL_TARGET, ProgramTime, programs_time
 from tpu_runner.traffic import TrafficReport
 
 
@@ -65,61 +66,80 @@ def estimated_performance(chip: ChipSpec, mode: str, prod: list[Configuration], 
     c_bytes = sum(candidate_hbm_bytes(c.traffic, c.compiled.cost) for c in cand)
     r_bytes = sum(r.cost.get("bytes accessed", 0.0) for r in ref)
     roof = _roofline(chip, prod, cand, ref, used)
-    profiled = all(c.compiled.profiled for c in cand) and all(r.profiled for r in ref)
-    if profiled:
-        c_cycles = sum(sum(n for _, n in c.compiled.ops) for c in cand)
-        r_cycles = sum(sum(n for _, n in r.ops) for r in ref)
-        c_est = estimate(chip, cycles=c_cycles, hbm_bytes=c_bytes, mode=mode)
-        r_est = estimate(chip, cycles=r_cycles, hbm_bytes=r_bytes, mode=mode)
-        model = f"libtpu static LLO profile ({mode})"
-    else:
-        why = [a.profile_failure for a in [*(c.compiled for c in cand), *ref] if a.profile_failure]
-        who = "the candidate's" if any(c.compiled.profile_failure for c in cand) else "the reference's"
-        notes.append(f"no static cycle profile for {who} program ({why[0] if why else 'not profiled'}); both are "
-                     "estimated from the compiler's cost analysis instead (FLOPs at peak, bytes at HBM bandwidth)")
-        # The candidate does the task's work at least: its compute is the reference's FLOPs at peak.
-        c_cycles = r_cycles = 0
-        flops_seconds = roof.flops / chip.peak_for(prod[0].dynamic[0].dtype if prod and prod[0].dynamic else "f32")
-        c_est = _fallback(flops_seconds, c_bytes, chip)
-        r_est = _fallback(flops_seconds, r_bytes, chip)
-        model = "cost-analysis roofline (no static profile)"
-    # Far below the roofline is suspicious (flagged); just below it is the cycle model's optimism, and no kernel
+    # A kernel the profiler has no cycles for does at least the task's work that the XLA ops around it do not.
+    kernel_flops = [max(0.0, r.cost.get("flops", 0.0) - sum(op.flops * op.repeat for op in c.compiled.hlo_ops
+                                                             if op.target != KERNEL_TARGET))
+                    for c, r in zip(cand, ref, strict=True)]
+    c_time = programs_time(chip, [c.compiled for c in cand], mode=mode,
+                           kernel_bytes=[float(c.traffic.total_hbm_bytes) for c in cand], kernel_flops=kernel_flops,
+                           kernel_steps=[grid_steps(c.traffic) for c in cand])
+    r_time = programs_time(chip, ref, mode=mode)
+    failed = [(who, a.profile_failure) for who, answers in (("candidate", [c.compiled for c in cand]),
+                                                             ("reference", ref))
+              for a in answers if a.profile_failure]
+    unprofiled_kernels = any(op.source == "work" and op.op_class == "kernel" for op in c_time.ops)
+    for who, why in dict(failed).items():
+        if who == "candidate" and unprofiled_kernels:
+            notes.append(f"no static cycle profile for the candidate's program ({why}); its kernels are estimated "
+                         "from the task's FLOPs at the MXU peak and their BlockSpec traffic instead")
+        else:
+            notes.append(f"no static cycle profile for the {who}'s program ({why}); its XLA ops are timed from "
+                         "XLA's own cost model, which needs none")
+    # Far below the roofline is suspicious (flagged); just below it is the model's optimism, and no program
     # runs faster than the roofline, so both estimates are bounded by it.
     exact_traffic = all(c.traffic.exact for c in cand)
     # Bytes a kernel moves itself are not counted, so a shortfall is only evidence when the count is exact.
     flags = traffic_flags(candidate_bytes=c_bytes, roofline=roof, chip_bandwidth=chip.hbm_bandwidth) \
         if exact_traffic else []
-    c_s, r_s = max(c_est.seconds, roof.seconds), max(r_est.seconds, roof.seconds)
-    if c_s > c_est.seconds and profiled:
-        flags.append(f"estimate_at_roofline: the cycle model gave {c_est.seconds * 1e3:.4g} ms, below the "
+    c_s, r_s = max(c_time.seconds, roof.seconds), max(r_time.seconds, roof.seconds)
+    if c_s > c_time.seconds:
+        flags.append(f"estimate_at_roofline: the model gave {c_time.seconds * 1e3:.4g} ms, below the "
                      f"roofline; reported as the roofline")
     if not exact_traffic:
         flags.append("traffic_lower_bound: a kernel's HBM bytes are not exact (it moves data itself with "
                      "memory_space ANY, or its grid is known only at run time), so they are a lower bound and a "
                      "shortfall against the task's bytes is not evidence")
+    c_band = program_band(c_time.by_class(), chip.name)
+    r_band = program_band(r_time.by_class(), chip.name)
+    speedup = r_s / c_s if c_s else float("inf")
     profile = {
         "method": "estimated", "target": chip.name,
-        "candidate": {**asdict(c_est), "seconds": c_s, "bound": c_est.bound,
-                      "ops": [op for c in cand for op in c.compiled.ops]},
-        "reference": {**asdict(r_est), "seconds": r_s, "bound": r_est.bound, "ops": [op for r in ref for op in r.ops]},
+        "candidate": _program_profile(c_time, c_s, c_bytes, [op for c in cand for op in c.compiled.ops]),
+        "reference": _program_profile(r_time, r_s, r_bytes, [op for r in ref for op in r.ops]),
         "roofline": _roofline_dict(roof),
         "kernels": _kernels(chip, cand),
     }
+    band = speedup_band(speedup, r_band, c_band) if c_s else None
+    profile["band"] = band
     perf = Performance(
-        method="estimated", unit="ms", reference=r_s * 1e3, candidate=c_s * 1e3,
-        speedup=r_s / c_s if c_s else float("inf"),
+        method="estimated", unit="ms", reference=r_s * 1e3, candidate=c_s * 1e3, speedup=speedup,
         roofline_fraction=roof.seconds / c_s if c_s else None,
-        roofline_ms=roof.seconds * 1e3, bound=c_est.bound, flops=roof.flops, bytes=c_bytes, flags=flags,
-        detail={"candidate_cycles": c_cycles, "reference_cycles": r_cycles, "reference_bytes": r_bytes,
-                "cycle_model": model, "cycles_per_second": chip.cycle_rate(mode),
+        roofline_ms=roof.seconds * 1e3, bound=c_time.bound, flops=roof.flops, bytes=c_bytes, flags=flags,
+        band=band,
+        detail={"candidate_cycles": sum(n for c in cand for _, n in c.compiled.ops),
+                "reference_cycles": sum(n for r in ref for _, n in r.ops), "reference_bytes": r_bytes,
+                "cycle_model": f"{c_time.how} (candidate); {r_time.how} (reference)",
+                "band_basis": {"candidate": [c_band[0], c_band[1]], "reference": [r_band[0], r_band[1]],
+                               "meaning": "true / estimated time, from the measured fidelity of the class "
+                                          "most of each program's time is in"},
+                "cycles_per_second": chip.cycle_rate(mode),
                 "hbm_bandwidth": chip.hbm_bandwidth, "ir_hash": cand[0].ir_hash if cand else None},
     )
     return perf, profile, notes
 
 
-def _fallback(compute_seconds: float, hbm_bytes: float, chip: ChipSpec) -> TimeEstimate:
-    return TimeEstimate(cycles=0, hbm_bytes=hbm_bytes, compute_seconds=compute_seconds,
-                        memory_seconds=hbm_bytes / chip.hbm_bandwidth)
+def grid_steps(traffic: TrafficReport) -> int:
+    return sum(call.grid_steps * call.multiplicity for call in traffic.calls)
+
+
+def _program_profile(timed: ProgramTime, seconds: float, hbm_bytes: float, cycles: list[tuple[str, int]]
+                     ) -> dict[str, Any]:
+    """What the profile summary and chart read of one program's estimate."""
+    slow = sorted(timed.ops, key=lambda op: -op.seconds)
+    return {"cycles": sum(n for _, n in cycles), "hbm_bytes": hbm_bytes, "compute_seconds": timed.compute_seconds,
+            "memory_seconds": timed.memory_seconds, "seconds": seconds, "bound": timed.bound,
+            "ops": [(op.name, round(op.seconds * 1e9)) for op in slow if op.seconds > 0],
+            "by_class": timed.by_class()}
 
 
 def measured_performance(chip: ChipSpec, prod: list[Configuration], cand: list[CandidateProgram],

@@ -47,6 +47,9 @@ def summarise(profile: dict[str, Any]) -> str:
     if method == "estimated":
         lines.append(f"candidate: compute {_ms(cand['compute_seconds'])} ({cand['cycles']:,} static cycles), HBM "
                      f"{_ms(cand['memory_seconds'])} ({cand['hbm_bytes'] / 1e6:.1f} MB) -> {cand['bound']}-bound.")
+        if profile.get("band"):
+            low, high = profile["band"]
+            lines.append(f"the estimate's likely range: x{low:.2f}-x{high:.2f} (from its measured fidelity).")
     lines.append(f"roofline: {_ms(roof['seconds'])}, {roof['bound']}-bound ({roof['flops'] / 1e9:.3g} GFLOP, "
                  f"{roof['bytes'] / 1e6:.1f} MB compulsory, intensity {roof['intensity']:.3g} FLOP/B); candidate at "
                  f"{roof['seconds'] / cand_s:.0%} of it.")
@@ -58,8 +61,10 @@ def summarise(profile: dict[str, Any]) -> str:
                      f"{_mib(limit)} scoped limit; HBM traffic {k['hbm_bytes'] / 1e6:.1f} MB "
                      f"({reread:.2f}x its operands){'' if k['exact'] else ' (lower bound: manual DMA)'}.")
     top = sorted(cand.get("ops", []), key=lambda op: -op[1])[:3]
-    if top and cand["cycles"]:
-        lines.append("top ops by cycles: " + ", ".join(f"{name} {c / cand['cycles']:.0%}" for name, c in top) + ".")
+    total_ns = sum(ns for _, ns in cand.get("ops", []))
+    if top and total_ns and method == "estimated":
+        lines.append("top ops by estimated time: " + ", ".join(f"{name} {ns / total_ns:.0%}" for name, ns in top)
+                     + ".")
     lines.extend(f"hint: {h}" for h in hints(profile))
     return "\n".join(lines)
 

@@ -140,10 +140,10 @@ class ReferenceStore:
               profile: bool = True) -> list[CompileAnswer]:
         """The compiler's figures for the reference's programs; with `profile`, its static cycle profile too."""
         _, programs = self.programs(task)
-        path = self._dir(task) / f"costs-{target}-{mode if profile else 'unprofiled'}.json"
+        path = self._dir(task) / f"costs4-{target}-{mode if profile else 'unprofiled'}.json"
         with _lock(str(path)):
             if path.is_file():
-                return [CompileAnswer(**a) for a in json.loads(path.read_text())]
+                return [CompileAnswer.from_json(a) for a in json.loads(path.read_text())]
             answers = []
             for program in programs:
                 answer = compilers.compile(program, target=target, profile=profile)

@@ -65,6 +65,8 @@ class Performance:
     bytes: float
     flags: list[str] = field(default_factory=list)
     detail: dict[str, Any] = field(default_factory=dict)
+    # The speedup's likely range [low, high] from the estimate's measured fidelity (None: measured on a device).
+    band: list[float] | None = None
 
 
 @dataclass

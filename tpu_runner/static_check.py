@@ -284,18 +284,22 @@ class _Checker(ast.NodeVisitor):
         self.class_depth -= 1
 
 
+# The module-level function a candidate (or a reference) is called by: this project's name, then JAXBench's.
+ENTRY_POINTS = ("computation", "workload")
+
+
 def _entry_point_params(tree: ast.Module) -> tuple[ast.AST | None, int | None]:
-    """(node, positional parameter count) of the module-level `computation`, count None for *args."""
-    found: tuple[ast.AST | None, int | None] = (None, None)
+    """(node, positional parameter count) of the module-level entry point, count None for *args."""
+    found: dict[str, tuple[ast.AST | None, int | None]] = {}
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == "computation":
+        if isinstance(node, ast.FunctionDef) and node.name in ENTRY_POINTS:
             args = node.args
-            count = None if args.vararg else len(args.posonlyargs) + len(args.args)
-            found = (node, count)
-        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "computation"
-                                                  for t in node.targets):
-            found = (node, None)
-    return found
+            found[node.name] = (node, None if args.vararg else len(args.posonlyargs) + len(args.args))
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id in ENTRY_POINTS:
+                    found[target.id] = (node, None)
+    return next((found[name] for name in ENTRY_POINTS if name in found), (None, None))
 
 
 def check_source(source: str, *, expected_params: int | None, allow_pure_jax: bool,
@@ -308,7 +312,8 @@ def check_source(source: str, *, expected_params: int | None, allow_pure_jax: bo
                                         detail=f"{exc.msg} at line {exc.lineno}: {(exc.text or '').strip()}")) from None
     node, params = _entry_point_params(tree)
     if node is None:
-        raise _violation("missing_entry_point", None, "the module must define a top-level function `computation`")
+        raise _violation("missing_entry_point", None, "the module must define a top-level function `computation` "
+                                                    "(or JAXBench's `workload`)")
     checker = _Checker(_module_level_names(tree), _own_private_names(tree))
     checker.visit(tree)
     if expected_params is not None and params is not None and params != expected_params:

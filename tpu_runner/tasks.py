@@ -1,4 +1,5 @@
-"""Kernel tasks in the JaxBench format: a directory with `reference.py` and `kernel_task.yaml`.
+"""Kernel tasks in the JaxBench format: a directory with `reference.py` and `kernel_task.yaml`; or a JAXBench
+workload directory (`baseline.py`, see `jaxbench.py`), read unchanged.
 
 `load_task` reads a task without running any of its code (safe in any process). Running the reference
 (`import_reference`, `configurations`) happens only where JAX is wanted: the evaluation child and
@@ -19,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from tpu_runner import jaxbench
 from tpu_runner.static_check import reference_param_count
 
 KNOWN_FAMILIES = ("elementwise", "row_reduction", "matmul", "matmul_epilogue", "batched_matmul", "attention",
@@ -42,10 +44,11 @@ class Task:
     input_gen_code: str | None
     reference_source: str
     digest: str  # content hash of reference.py + kernel_task.yaml
+    reference_file: str = "reference.py"  # baseline.py for a JAXBench workload
 
     @property
     def reference_path(self) -> Path:
-        return self.path / "reference.py"
+        return self.path / self.reference_file
 
     @property
     def param_count(self) -> int | None:
@@ -72,12 +75,15 @@ def load_task(path: str | Path) -> Task:
     root = Path(path).expanduser().resolve()
     if not root.is_dir():
         raise TaskError(f"task directory {root} does not exist")
+    if jaxbench.is_workload(root):
+        return _load_workload(root)
     ref = root / "reference.py"
     meta_path = root / "kernel_task.yaml"
     missing = [p.name for p in (ref, meta_path) if not p.is_file()]
     if missing:
         raise TaskError(f"{root} is not a task: missing {', '.join(missing)} "
-                        "(a task is a directory with reference.py and kernel_task.yaml)")
+                        "(a task is a directory with reference.py and kernel_task.yaml, or a JAXBench workload "
+                        "with baseline.py)")
     meta_text = meta_path.read_text()
     try:
         meta = yaml.safe_load(meta_text)
@@ -111,11 +117,40 @@ def load_task(path: str | Path) -> Task:
     )
 
 
-def discover_tasks(suite: str | Path) -> list[Path]:
+def _load_workload(root: Path) -> Task:
+    ref = root / jaxbench.BASELINE
+    source = ref.read_text()
+    try:
+        compile(source, str(ref), "exec")
+    except SyntaxError as exc:
+        raise TaskError(f"{ref}:{exc.lineno}: syntax error in the workload: {exc.msg}") from None
+    config = jaxbench.literal_config(source)
+    tolerance = (float(config.get("atol", jaxbench.DEFAULT_TOLERANCE)),), (
+        float(config.get("rtol", jaxbench.DEFAULT_TOLERANCE)),)
+    return Task(task_id=str(config.get("name") or root.name), description=jaxbench.description(source, config),
+                path=root, atol=tolerance[0], rtol=tolerance[1], family=None, allow_pure_jax=False,
+                allow_input_output_aliases=False, input_gen_code=None, reference_source=source,
+                digest=hashlib.sha256(b"jaxbench\0" + source.encode()).hexdigest()[:16],
+                reference_file=jaxbench.BASELINE)
+
+
+def _is_task(path: Path) -> bool:
+    return (path / "kernel_task.yaml").is_file() or jaxbench.is_workload(path)
+
+
+def discover_tasks(suite: str | Path, depth: int = 3) -> list[Path]:
+    """The tasks of a suite: its task directories, up to `depth` levels down (JAXBench groups its workloads
+    by kind)."""
     root = Path(suite).expanduser().resolve()
     if not root.is_dir():
         raise TaskError(f"suite directory {root} does not exist")
-    return sorted(p for p in root.iterdir() if (p / "kernel_task.yaml").is_file())
+    found: list[Path] = []
+    for path in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
+        if _is_task(path):
+            found.append(path)
+        elif depth > 1:
+            found.extend(discover_tasks(path, depth - 1))
+    return found
 
 
 # --- running the reference (JAX processes only) -------------------------------------------------------------
@@ -163,6 +198,8 @@ def import_reference(task: Task) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
+        if task.reference_file == jaxbench.BASELINE:
+            jaxbench.adapt(module)
         if not hasattr(module, "get_inputs") and task.input_gen_code:
             exec(compile(task.input_gen_code, f"{task.path}/kernel_task.yaml:input_gen_code", "exec"),
                  module.__dict__)

@@ -12,6 +12,7 @@ from agents.auto_decide import StepRecord
 from agents.hitl import waiting_for
 from bot.context import BotContext
 from bot.home import HomeSession, build_home
+from bot.speedup import evaluation_speedup
 from storage import sessions
 from storage.models import Evaluation, KernelSession
 
@@ -29,9 +30,8 @@ def home_sessions(ctx: BotContext, user: str) -> tuple[list[HomeSession], list[H
 
         def item(r: KernelSession, waiting: str | None = None) -> HomeSession:
             e = best.get(r.best_candidate_id)
-            shown = f"x{e.speedup:.2f} ({e.method})" if e and e.speedup else ""
             return HomeSession(r.id, r.mode, r.task, r.target, r.status, r.owner, r.slack_channel, r.slack_thread_ts,
-                               waiting, shown)
+                               waiting, evaluation_speedup(e))
 
         pending = []
         for r in awaiting:

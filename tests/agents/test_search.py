@@ -11,18 +11,19 @@ from sqlalchemy import Engine
 from sqlmodel import Session, select
 
 from agents.local import run_until_settled
-from agents.search import NODE_JOB, NodeRunner, load_graph, outcome, start_search
+from agents.search import NODE_JOB, NodeRunner, load_graph, outcome, start_search, stop_search
 from agents.search_decide import SearchConfig
 from storage import queue, sessions
 from storage.database import open_database
 from storage.engine import make_engine
 from storage.migrate import upgrade
-from storage.models import Candidate, Evaluation, Job
+from storage.models import Candidate, Evaluation, Job, SessionEvent
 from storage.settings import Settings, load_settings
 from tests.agents.test_auto import BROKEN, GOOD, PLAN, code
 from tests.conftest import TASKS
 from tests.fakes.anthropic_api import API_KEY, fake_anthropic
 from tests.storage.conftest import fresh_database_url
+from tests.support.stored_search import stored_search
 from tpu_runner.tasks import load_task
 
 SOFTMAX = load_task(TASKS / "softmax")
@@ -92,6 +93,20 @@ def test_a_search_resumes_after_its_runner_died_mid_job(tmp_path: Path) -> None:
     with Session(engine) as s:
         assert len(s.exec(select(Evaluation)).all()) == len(evaluations)
         assert sessions.get_session(s, session_id=session_id).status == "done"
+
+
+def test_the_best_kernels_likely_range_is_read_back_and_the_ranking_stays_on_the_estimate(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'kernelbot.db'}")
+    upgrade(engine)
+    session_id = stored_search(engine)
+    with Session(engine) as s, s.begin():
+        result = outcome(s, session_id)
+        stop_search(s, session_id, "enough")
+        payload = dict(s.exec(select(SessionEvent).where(SessionEvent.kind == "search_finished")).one().payload or {})
+    assert result.speedup == 1.3 and result.best_strategy_path == ["tile_rows"]  # the point estimate ranks
+    assert result.band == [0.9, 1.8] and result.seed_band == [1.1, 1.3]
+    assert result.to_json()["band"] == [0.9, 1.8]  # in `kernelbot search --json`
+    assert (payload["best_speedup"], payload["best_method"], payload["best_band"]) == (1.3, "estimated", [0.9, 1.8])
 
 
 def test_a_search_that_cannot_start_says_why(tmp_path: Path) -> None:

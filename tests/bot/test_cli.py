@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from bot import render
 from storage.migrate import head_revision
 from tests.conftest import CORPUS, TASKS
+from tpu_runner.result import EvalResult, Performance
 
 KERNELBOT = [sys.executable, "-m", "bot.cli"]
 JSON_KEYS = {"task", "target", "host", "verdict", "stage", "message", "error", "correctness", "performance",
@@ -35,10 +40,36 @@ def test_eval_json_for_a_good_kernel(kernelbot_home: Path) -> None:
     assert result["verdict"] == "ok" and result["stage"] == "done" and result["error"] is None
     assert result["host"] == "cpu" and result["target"] == "v6e"
     assert result["correctness"]["status"] == "passed"
-    assert {"method", "unit", "reference", "candidate", "speedup", "roofline_fraction", "flags"} <= set(
+    assert {"method", "unit", "reference", "candidate", "speedup", "roofline_fraction", "flags", "band"} <= set(
         result["performance"])
     assert result["performance"]["method"] == "estimated"
     assert Path(result["artifacts"]["profile_chart"]).is_file()
+
+
+def _estimated(speedup: float, band: list[float] | None) -> EvalResult:
+    perf = Performance(method="estimated", unit="ms", reference=speedup * 0.5, candidate=0.5, speedup=speedup,
+                       roofline_fraction=0.8, roofline_ms=0.4, bound="memory", flops=1e9, bytes=1e8, band=band)
+    return EvalResult(task="softmax", target="v6e", host="cpu", verdict="ok", stage="done", message="ok",
+                      performance=perf)
+
+
+def _panel(result: EvalResult) -> str:
+    console = Console(record=True, width=200, file=io.StringIO())
+    console.print(render.result_panel(result))
+    return console.export_text()
+
+
+def test_eval_json_and_panel_give_the_estimates_likely_range() -> None:
+    unclear = _estimated(1.04, [0.9, 1.2])
+    data = json.loads(json.dumps(unclear.to_json()))  # what `kernelbot eval --json` prints
+    assert data["performance"]["band"] == [0.9, 1.2]
+    assert EvalResult.from_json(data).performance.band == [0.9, 1.2]  # and reads back
+    assert "x1.04 estimated, likely x0.90-x1.20: no clear gain" in _panel(unclear)
+    clear = _panel(_estimated(2.0, [1.6, 2.5]))
+    assert "x2.00 estimated, likely x1.60-x2.50" in clear and "no clear gain" not in clear
+    old = {**data, "performance": {k: v for k, v in data["performance"].items() if k != "band"}}
+    assert EvalResult.from_json(old).performance.band is None  # stored before bands
+    assert "speedup      x1.04 estimated" in _panel(EvalResult.from_json(old))
 
 
 def test_eval_json_for_a_rejected_kernel_exits_non_zero(kernelbot_home: Path) -> None:
@@ -168,6 +199,6 @@ def test_chat_runs_a_hitl_session_from_the_terminal(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "please answer one of" in proc.stderr
     assert "Tiling and memory" in proc.stdout and "evaluation: ok" in proc.stdout
-    assert "best kernel: x2.00" in proc.stdout
+    assert re.search(r"best kernel: x\d+\.\d\d estimated, likely x\d+\.\d\d-x\d+\.\d\d", proc.stdout), proc.stdout
     assert "use 256-row blocks" in fake.requests[1]["body"]["messages"][0]["content"]
     assert len(fake.requests) == 4

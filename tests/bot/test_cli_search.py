@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -10,7 +11,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from bot import render
 from tests.bot.test_cli import KERNELBOT
 from tests.conftest import REPO, TASKS
 
@@ -27,10 +30,37 @@ def test_search_json_reports_the_best_kernel_and_draws_the_graph(tmp_path: Path)
                           capture_output=True, text=True, env=_env(tmp_path), timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
-    assert {"task", "verdict", "speedup", "method", "kernel_path", "evaluations"} <= set(result)
+    assert {"task", "verdict", "speedup", "method", "band", "kernel_path", "evaluations"} <= set(result)
     assert result["verdict"] == "ok" and result["method"] == "estimated" and result["evaluations"] <= 3
     assert Path(result["kernel_path"]).is_file()
     assert Path(result["graph_png"]).read_bytes()[:4] == b"\x89PNG"
+
+
+def _summary(speedup: float, band: list[float] | None) -> dict:
+    return {"task": "softmax", "target": "v6e", "strategy": "beam", "verdict": "ok", "improved": speedup > 1.0,
+            "speedup": speedup, "method": "estimated", "band": band, "kernel_path": "k.py", "evaluations": 4,
+            "duplicates": 1, "best_strategy_path": ["tile_rows"], "graph_png": "g.png", "stop_reason": "budget",
+            "reference_ms": 1.0, "kernel_ms": 1 / speedup, "roofline_fraction": 0.5, "seed_speedup": 1.5,
+            "seed_band": [1.2, 1.9]}
+
+
+def _table(summary: dict) -> str:
+    console = Console(record=True, width=200, file=io.StringIO())
+    console.print(render.search_summary_table(summary))
+    return console.export_text()
+
+
+@pytest.mark.parametrize("line", [render.search_result_line, render.auto_result_line, render.bench_line, _table])
+def test_search_optimize_and_bench_give_the_estimates_likely_range(line) -> None:  # type: ignore[no-untyped-def]
+    unclear = line(_summary(1.04, [0.9, 1.2]))
+    assert "x1.04 estimated, likely x0.90-x1.20: no clear gain" in unclear
+    clear = line(_summary(2.0, [1.6, 2.5]))
+    assert "x2.00 estimated, likely x1.60-x2.50" in clear and "no clear gain" not in clear
+    assert "likely" not in line({**_summary(2.0, None), "seed_band": None})  # measured, or stored before bands
+
+
+def test_the_search_table_gives_the_seeds_likely_range_too() -> None:
+    assert "x1.50 estimated, likely x1.20-x1.90" in _table(_summary(2.0, [1.6, 2.5]))
 
 
 def test_search_on_a_task_no_brain_here_can_write_says_why(tmp_path: Path) -> None:
@@ -80,6 +110,7 @@ def test_optimize_with_the_offline_brain_needs_no_key(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["verdict"] == "ok" and result["evaluations"] == 2 and result["speedup"] > 1.0
+    assert "band" in result
     assert "offline brain" in Path(result["kernel_path"]).read_text()
 
 

@@ -21,6 +21,7 @@ from bot.digest import (
     build_digest,
     digest_chart,
     digest_ops,
+    digest_sections,
     digest_text,
     gather_digest,
     period_start,
@@ -69,14 +70,16 @@ def _session(s: Session, sid: str, *, mode: str, task: str, owner: str, status: 
     return record
 
 
-def _evaluated(s: Session, record: KernelSession, *, speedup: float, method: str, at: float) -> int:
+def _evaluated(s: Session, record: KernelSession, *, speedup: float, method: str, at: float,
+               band: list[float] | None = None) -> int:
     candidate = Candidate(session_id=record.id, task=record.task, code="def computation(x): ...",
                           content_hash=f"h{speedup}{at}", created_at=at)
     s.add(candidate)
     s.flush()
     assert candidate.id is not None
+    result = {"performance": {"speedup": speedup, "method": method, "band": band}} if band else None
     s.add(Evaluation(candidate_id=candidate.id, task=record.task, target="v6e", verdict="ok", stage="performance",
-                     speedup=speedup, method=method, created_at=at))
+                     speedup=speedup, method=method, result=result, created_at=at))
     return candidate.id
 
 
@@ -209,6 +212,30 @@ def test_the_chart_is_a_png_of_the_best_speedup_per_task() -> None:
     assert ops[0].payload == build_digest(payload)
     assert isinstance(ops[1], Upload) and ops[1].key == "file:digest_12.png" and ops[1].filename == "digest_12.png"
     assert ops[1].content[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_estimates_likely_range_is_in_the_digest_and_a_range_holding_1_is_no_clear_gain(
+        sqlite_engine: Engine) -> None:
+    until = now()
+    inside = until - 600
+    with Session(sqlite_engine) as s, s.begin():
+        unclear = _session(s, "search2", mode="search", task="softmax", owner="U1", status="done", at=inside)
+        unclear.best_candidate_id = _evaluated(s, unclear, speedup=1.04, method="estimated", at=inside,
+                                               band=[0.9, 1.2])
+        clear = _session(s, "auto4", mode="auto", task="gelu", owner="U2", status="done", at=inside)
+        clear.best_candidate_id = _evaluated(s, clear, speedup=2.0, method="estimated", at=inside, band=[1.6, 2.5])
+        s.add(SessionEvent(session_id="search2", kind="search_finished", created_at=inside, payload={
+            "evaluations": 5, "best_speedup": 1.04, "best_method": "estimated", "best_band": [0.9, 1.2]}))
+    with Session(sqlite_engine) as s:
+        payload = gather_digest(s, since=until - HOUR, until=until)
+    assert [i["band"] for i in payload["new_bests"]["items"]] == [[1.6, 2.5], [0.9, 1.2]]  # ranked by the estimate
+    new_bests, searches = digest_sections(payload)[:2]
+    assert "*gelu* (v6e) x2.00 estimated, likely x1.60-x2.50;" in new_bests
+    assert "*softmax* (v6e) x1.04 estimated, likely x0.90-x1.20: no clear gain;" in new_bests
+    assert "`search2`: 5 evaluation(s), best x1.04 estimated, likely x0.90-x1.20: no clear gain" in searches
+    assert new_bests.count("no clear gain") == 1
+    chart = digest_chart(payload)  # the ranges drawn as whiskers
+    assert chart is not None and chart[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_period_is_recorded_once_even_when_two_processes_race(any_engine: Engine) -> None:

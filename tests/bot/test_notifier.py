@@ -90,7 +90,7 @@ def test_a_hitl_thread_shows_the_plan_then_the_kernel_the_progress_and_the_resul
         "progress:"))
     assert progress.edits >= 1 and "evaluated: ok: x2.00" in text_of(progress)  # edited through to the verdict
     card = thread[-1]
-    assert "Result: ok" in text_of(card) and "x2.00 (estimated)" in text_of(card)
+    assert "Result: ok" in text_of(card) and "x2.00 estimated" in text_of(card)
     assert "passed (4/4 cases" in text_of(card) and "100% of what the chip allows" in text_of(card)
     assert "memory-bound" in text_of(card)
     assert [e["action_id"] for b in card.blocks if b["type"] == "actions" for e in b["elements"]] == [
@@ -317,6 +317,22 @@ def test_a_search_thread_counts_its_evaluations_and_ends_with_the_best_kernel(
     summary = thread[-1]
     assert "Search finished" in text_of(summary) and "2 evaluation(s)" in text_of(summary)
     names = [slack.files[f]["name"] for m in thread for f in m.files]
-    assert "best kernel x" in text_of(summary) and "(estimated)" in text_of(summary)  # the seed alone is x2
+    assert "best kernel x" in text_of(summary) and " estimated" in text_of(summary)  # the seed alone is x2
     best = next(f for m in thread for f in m.files if slack.files[f]["name"].startswith("best_candidate_"))
     assert b"pallas_call" in slack.files[best]["content"] and len(names) == 1
+
+
+def test_a_search_threads_summary_and_root_give_the_best_kernels_likely_range(
+        engine: Engine, slack: FakeSlack) -> None:
+    from agents.search import stop_search
+    from tests.support.stored_search import stored_search
+
+    sid = stored_search(engine, owner="U1", slack_channel="C1")  # its best, x1.30, is likely x0.90-x1.80
+    with Session(engine) as s, s.begin():
+        stop_search(s, sid, "enough")
+    assert notifier(engine, slack, ChannelPacer(per_second=1000.0, burst=1000)).drain(30)
+    thread = thread_of(engine, slack, sid)
+    summary = next(m for m in thread if "Search finished" in text_of(m))
+    assert "best kernel x1.30 estimated, likely x0.90-x1.80: no clear gain" in text_of(summary)
+    assert "search finished after 2 evaluation(s): best x1.30 estimated, likely x0.90-x1.80: no clear gain" \
+        in text_of(thread[0])

@@ -69,7 +69,7 @@ def test_adopting_auto_s_best_kernel_is_recorded_and_shown(bot: Bot) -> None:
     sid = hitl_script.finished_auto(bot.engine, bot.settings, bot.workdir, channel="C1")
     summary = bot.summary(sid)
     shown = buttons(summary)  # (the fake edits its messages in place)
-    assert list(shown) == ["adopt", "search", "handback"] and "x2.00 (estimated)" in summary.text
+    assert list(shown) == ["adopt", "search", "handback"] and "x2.00 estimated" in summary.text
     names = [bot.slack.files[f]["name"] for m in bot.thread(sid) for f in m.files]
     assert any(n.startswith("best_candidate_") for n in names)
     click(bot.url, action_id="adopt", value=buttons(summary)["adopt"], user="U6")  # not owner, not in S1

@@ -202,7 +202,7 @@ def test_summary_mentions_bound_grid_vmem_and_refetch():
     assert "kernel matmul_kernel: grid (4, 8) = 32 steps" in text
     assert "VMEM 12.0 MiB of 32.0 MiB scoped limit" in text
     assert "(2.00x its operands)" in text
-    assert "top ops by cycles: matmul_kernel 75%, fusion.1 25%." in text
+    assert "top ops by estimated time: matmul_kernel 75%, fusion.1 25%." in text
     refetch = [line for line in lines if line.startswith("hint: matmul_kernel reads 2.0x its operands")]
     assert len(refetch) == 1
 

@@ -10,6 +10,7 @@ import pytest
 
 from storage.settings import Settings
 from tests.conftest import TASKS
+from tpu_runner.calibration import HBM_EFFICIENCY
 from tpu_runner.evaluate import EvalRequest, KernelFileError, evaluate
 from tpu_runner.spares import SparePool
 from tpu_runner.tasks import TaskError
@@ -96,7 +97,8 @@ def get_test_inputs(dtype=jnp.float32):
     assert perf is not None and perf.method == "estimated" and perf.bound == "memory"
     assert perf.bytes == pytest.approx(3 * 8192 * 8192 * 4)
     assert perf.speedup == pytest.approx(1.0, rel=0.1)
-    assert perf.roofline_fraction == pytest.approx(1.0, rel=0.1)
+    # Streaming ops reach the measured share of the HBM's peak, Pallas DMAs and XLA fusions alike.
+    assert perf.roofline_fraction == pytest.approx(HBM_EFFICIENCY, rel=0.1)
 
 
 @pytest.mark.slow
@@ -176,8 +178,9 @@ def test_a_reference_the_static_profiler_aborts_on_is_still_evaluated(tmp_path: 
     assert result.verdict == "ok", result.message
     perf = result.performance
     assert perf is not None and perf.method == "estimated"
-    assert perf.detail["cycle_model"].startswith("cost-analysis roofline")
-    assert perf.detail["reference_cycles"] == 0 and perf.detail["candidate_cycles"] == 0  # one model for both
+    # XLA's ops are timed from XLA's own cost model, which needs no profile; the band is there as always.
+    assert "from XLA's cost model" in perf.detail["cycle_model"].split("; ")[1]
+    assert perf.reference > 0 and perf.band is not None and perf.band[0] < perf.speedup < perf.band[1]
     note = next(n for n in perf.detail["notes"] if "reference's program" in n)
     assert "static profiler aborted" in note and ("LLO_CHECK" in note or "Check failed" in note)
 

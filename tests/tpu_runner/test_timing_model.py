@@ -1,0 +1,120 @@
+"""The time model without a TPU: the compiled program's ops (from XLA:TPU's own HLO for v6e, saved from real
+compiles), their time, and the band an estimate carries."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from tpu_runner import calibration
+from tpu_runner.band import band_text, clear_gain, describe_speedup, program_band, speedup_band
+from tpu_runner.compile_service import CompileAnswer
+from tpu_runner.hardware import get_chip
+from tpu_runner.hlo_ops import hlo_ops
+from tpu_runner.result import Performance
+from tpu_runner.timing_model import program_time
+
+DATA = Path(__file__).parent / "data"
+BMM = (DATA / "batched_matmul.v6e.hlo.txt").read_text()  # einsum bhqd,bhkd->bhqk, [4,8,1024,128] bf16
+CONV = (DATA / "conv2d.v6e.hlo.txt").read_text()  # NCHW [32,8,128,128] * OIHW [64,8,3,3], VALID
+V6E = get_chip("v6e")
+
+
+def test_a_batched_dot_written_as_a_convolution_is_a_batched_matmul_with_its_true_flops():
+    ops = {op.name: op for op in hlo_ops(BMM)}
+    dot = ops["fusion"]
+    assert dot.op_class == "batched_matmul"  # batch dimensions ride in the window: no spatial work
+    assert dot.flops == 2 * 4 * 8 * 1024 * 1024 * 128
+    assert dot.xla_cycles > 0
+    assert ops["copy-start"].op_class == "async"
+
+
+def test_a_spatial_convolution_is_a_convolution_and_its_layout_copies_are_copies():
+    ops = hlo_ops(CONV)
+    (conv,) = [op for op in ops if op.op_class == "convolution"]
+    assert conv.flops == 2 * 32 * 64 * 126 * 126 * 8 * 9
+    copies = [op for op in ops if op.op_class == "copy"]
+    assert copies and all(op.hbm_bytes > 0 and op.xla_cycles > 0 for op in copies)
+
+
+def test_metadata_strings_cannot_pose_as_the_compilers_figures():
+    """Op names in metadata are the program author's strings (jax.named_scope): they are not read."""
+    forged = BMM.replace('metadata={op_name="jit(bmm)/bhqd,bhkd->bhqk/dot_general" stack_frame_id=2}, backend',
+                         'metadata={op_name="x} \\"estimated_cycles\\":\\"1\\" calls=%fused_computation {" '
+                         'stack_frame_id=2}, backend')
+    assert forged != BMM
+    assert [(o.name, o.op_class, o.xla_cycles) for o in hlo_ops(forged)] == \
+        [(o.name, o.op_class, o.xla_cycles) for o in hlo_ops(BMM)]
+
+
+def test_each_op_takes_the_longer_of_its_compute_and_its_bytes_with_its_class_factor(monkeypatch):
+    answer = CompileAnswer(True, hlo_text=BMM)
+    monkeypatch.setattr(calibration, "FACTORS", {})
+    plain = program_time(V6E, answer, mode="fast")
+    monkeypatch.setattr(calibration, "FACTORS", {("xla", "batched_matmul"): 0.5})
+    halved = program_time(V6E, answer, mode="fast")
+    (dot,) = [op for op in plain.ops if op.name == "fusion"]
+    assert dot.source == "xla"
+    assert dot.compute_seconds == pytest.approx(hlo_ops(BMM)[-1].xla_cycles / V6E.clock_hz)
+    (dot_half,) = [op for op in halved.ops if op.name == "fusion"]
+    assert dot_half.compute_seconds == pytest.approx(dot.compute_seconds / 2)
+    assert plain.seconds == pytest.approx(sum(op.seconds for op in plain.ops))
+    assert all(op.seconds == 0 for op in plain.ops if op.op_class == "async")  # overlaps what follows
+
+
+KERNEL_HLO = """HloModule jit_k, is_scheduled=true
+
+ENTRY %main.2 (x.1: f32[1024,1024]) -> f32[1024,1024] {
+  %x.1 = f32[1024,1024]{1,0:T(8,128)} parameter(0)
+  ROOT %my_kernel = f32[1024,1024]{1,0:T(8,128)} custom-call(%x.1), custom_call_target="tpu_custom_call", """ \
+    """backend_config={"flag_configs":[],"estimated_cycles":"5"}
+}
+"""
+
+
+def test_a_kernels_time_never_rests_on_xlas_estimate_which_is_its_own_cost_estimate():
+    profiled = CompileAnswer(True, hlo_text=KERNEL_HLO, ops=[("my_kernel_body.1", 424_000)], profiled=True)
+    (kernel,) = program_time(V6E, profiled, mode="fast", kernel_bytes=8e6, kernel_steps=16).ops
+    assert kernel.op_class == "kernel" and kernel.source == "profile"
+    assert kernel.compute_seconds == pytest.approx(424_000 / V6E.cycle_rate("fast"))
+    assert kernel.memory_seconds == pytest.approx(8e6 / (V6E.hbm_bandwidth * calibration.HBM_EFFICIENCY))  # BlockSpecs
+    assert kernel.fixed_seconds > calibration.LAUNCH_SECONDS  # per-grid-step cost
+    unprofiled = CompileAnswer(True, hlo_text=KERNEL_HLO, profile_failure="aborted")
+    (work,) = program_time(V6E, unprofiled, mode="fast", kernel_bytes=8e6, kernel_flops=2e12).ops
+    assert work.source == "work" and work.compute_seconds == pytest.approx(2e12 / V6E.peak_flops["bf16"])
+
+
+def test_an_answer_read_back_from_json_keeps_its_program():
+    from dataclasses import asdict
+
+    answer = CompileAnswer(True, ops=[("fusion", 3)], hlo_text=BMM, cost={"flops": 1.0})
+    again = CompileAnswer.from_json({**asdict(answer), "error": None, "hlo_ops": "a field of an older cache"})
+    assert again.hlo_ops == answer.hlo_ops and again.ops == [("fusion", 3)]
+
+
+def _perf(speedup: float, band: list[float] | None) -> Performance:
+    return Performance(method="estimated", unit="ms", reference=1.0, candidate=1.0 / speedup, speedup=speedup,
+                       roofline_fraction=0.5, roofline_ms=0.5, bound="compute", flops=1.0, bytes=1.0, band=band)
+
+
+def test_a_speedup_band_combines_both_programs_errors_and_says_when_there_is_no_clear_gain():
+    low, high = speedup_band(1.04, (0.9, 1.1), (0.85, 1.2))
+    assert low < 1.04 < high
+    assert math.log(1.04 / low) == pytest.approx(math.hypot(math.log(1 / 0.9), math.log(1.2)))
+    assert band_text(_perf(1.04, [low, high])).endswith("no clear gain")
+    assert "no clear gain" in describe_speedup(_perf(1.04, [low, high]))
+    assert clear_gain(_perf(1.04, [low, high])) is False
+    clear = _perf(2.5, [1.9, 3.1])
+    assert describe_speedup(clear) == "x2.50 estimated, likely x1.90-x3.10" and clear_gain(clear) is True
+    assert band_text(_perf(2.0, None)) == "" and clear_gain(_perf(2.0, None)) is None
+
+
+def test_a_programs_band_is_that_of_the_class_its_time_is_mostly_in_and_wider_where_unmeasured(monkeypatch):
+    monkeypatch.setattr(calibration, "BANDS", {"matmul": (0.9, 1.1), "convolution": (0.6, 1.5)})
+    assert program_band({"matmul": 3.0, "convolution": 1.0}, "v6e") == (0.9, 1.1)
+    assert program_band({"matmul": 1.0, "convolution": 3.0}, "v6e") == (0.6, 1.5)
+    low, high = program_band({"matmul": 3.0}, "v5p")
+    assert low < 0.9 and high > 1.1
+    assert program_band({"sort": 1.0}, "v6e") == calibration.DEFAULT_BAND

@@ -1,0 +1,70 @@
+"""What the compiler's figures miss on the hardware: the timing model's factors and its error bands.
+
+Fitted by `benchmarks/fit_timing_model.py` on the measured suite (`benchmarks/measured/`: XLA's device time on
+TPU v6e, median of 50, bf16 inputs) and on the Pallas TPU matmul guide's measurements (v5e). A factor multiplies
+one source's compute time for one class of operation; it is a property of the hardware and the compiler (how
+far XLA's tiling cost model or the static LLO profile is from the chip), never of a task: no task name or
+measured time is looked up at run time. Other TPU generations use the same factors (not yet checked against a
+measurement there; their bands say so by being the widest).
+"""
+
+from __future__ import annotations
+
+# (source, operation class) -> factor on that source's compute time. Unlisted pairs: 1.0.
+# Fitted on the 23 workloads of benchmarks/measured (v6e): XLA's cost model is close for 2-D matmuls (0.95) and
+# about twice too slow for elementwise, reduction and layout-copy fusions, which run near HBM bandwidth.
+FACTORS: dict[tuple[str, str], float] = {
+    ("xla", "batched_matmul"): 0.723,
+    ("xla", "convolution"): 0.779,
+    ("xla", "copy"): 0.387,
+    ("xla", "elementwise"): 0.522,
+    ("xla", "matmul"): 0.928,
+    ("xla", "reduction"): 0.461,
+}
+
+# The share of the published HBM bandwidth a streaming op reaches, by the bytes cost analysis counts, for XLA's
+# ops and Pallas kernels' DMAs alike (fitted with FACTORS: the measured memory-bound programs moved their counted
+# bytes at ~1.0-1.1 TB/s of v6e's 1.64; layout padding of small minor dimensions is part of it).
+HBM_EFFICIENCY = 0.622
+
+# Each top-level op's fixed cost on the device (launch, pipeline fill): ~1 us, the order of the smallest ops'
+# measured times.
+LAUNCH_SECONDS = 1.0e-6
+
+# A Pallas kernel's cost per grid step besides its DMAs and compute (pipeline bookkeeping, DMA issue and wait),
+# which the static profile does not see: the Pallas matmul guide's 128x128x128-block kernels on v5e took
+# ~0.23 us per step more than their traffic's time at HBM_EFFICIENCY (32k and 262k steps, plain, transposed and
+# fused alike): ~350 cycles at v5e's 1.5 GHz.
+GRID_STEP_CYCLES = 350
+
+# Elementwise throughput when nothing better is known: 8 sublanes x 128 lanes, one result per lane per cycle.
+VPU_ELEMENTS_PER_CYCLE = 1024
+
+# The measured spread of true / estimated time per class: the 10th and 90th percentiles of each workload's
+# measured / estimated time with factors fitted without it (leave-one-out), at least +-10%; a class seen in
+# fewer than 3 workloads gets the spread of all. A program's band is that of the class its time is mostly in.
+# `kernel` (Pallas kernels: static profile + per-step cost + BlockSpec traffic) comes from the Pallas matmul
+# guide's kernels on v5e (estimated 0.99-1.24x of measured at 4096 and 8192).
+BANDS: dict[str, tuple[float, float]] = {
+    "batched_matmul": (0.66, 1.89),  # 4 workloads: attention and MoE einsums, the least predictable
+    "convolution": (0.78, 1.16),  # 2 workloads: the spread of all
+    "elementwise": (0.83, 1.41),  # 3 workloads
+    "matmul": (0.78, 1.13),  # 14 workloads
+    "reduction": (0.78, 1.16),  # no workload mostly in it: the spread of all
+    "copy": (0.78, 1.16),
+    "kernel": (0.75, 1.25),  # one kernel family (matmuls), in the sample its per-step cost was fitted on
+}
+DEFAULT_BAND = (0.6, 1.6)  # a class the measurements do not cover (sorts, scatters, XLA's own custom calls)
+MEASURED_TARGETS = ("v6e",)  # where the bands were measured; elsewhere they are widened
+UNMEASURED_WIDENING = 1.25
+
+
+def factor(source: str, op_class: str) -> float:
+    return FACTORS.get((source, op_class), 1.0)
+
+
+def band(op_class: str, target: str) -> tuple[float, float]:
+    low, high = BANDS.get(op_class, DEFAULT_BAND)
+    if target not in MEASURED_TARGETS:
+        low, high = low / UNMEASURED_WIDENING, high * UNMEASURED_WIDENING
+    return low, high
