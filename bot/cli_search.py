@@ -163,13 +163,14 @@ def demo_command(
 
 
 def _suite_tasks(suite: Path) -> list[Path]:
-    from tpu_runner.tasks import TaskError
+    from tpu_runner.tasks import TaskError, discover_tasks
 
     if not suite.is_dir():
         raise TaskError(f"{suite} is not a directory of tasks")
-    found = sorted(p.parent for p in suite.glob("*/kernel_task.yaml"))
+    found = discover_tasks(suite)
     if not found:
-        raise TaskError(f"{suite} holds no task directories (each needs a kernel_task.yaml)")
+        raise TaskError(f"{suite} holds no task directories (each needs a kernel_task.yaml, or a JAXBench "
+                        "baseline.py)")
     return found
 
 
