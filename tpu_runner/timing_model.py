@@ -70,8 +70,7 @@ class ProgramTime:
     def by_class(self) -> dict[str, float]:
         out: dict[str, float] = {}
         for op in self.ops:
-            key = "pallas" if op.op_class == "kernel" else op.op_class
-            out[key] = out.get(key, 0.0) + op.seconds
+            out[op.op_class] = out.get(op.op_class, 0.0) + op.seconds
         return out
 
     @property

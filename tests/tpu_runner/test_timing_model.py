@@ -118,3 +118,10 @@ def test_a_programs_band_is_that_of_the_class_its_time_is_mostly_in_and_wider_wh
     low, high = program_band({"matmul": 3.0}, "v5p")
     assert low < 0.9 and high > 1.1
     assert program_band({"sort": 1.0}, "v6e") == calibration.DEFAULT_BAND
+
+
+def test_a_kernels_time_counts_under_the_class_its_band_is_kept_for():
+    answer = CompileAnswer(True, hlo_text=KERNEL_HLO, ops=[("my_kernel_body.1", 424_000)], profiled=True)
+    by_class = program_time(V6E, answer, mode="fast", kernel_bytes=8e6).by_class()
+    assert set(by_class) == {"kernel"} and "kernel" in calibration.BANDS
+    assert program_band(by_class, "v6e") == calibration.BANDS["kernel"]
