@@ -1,6 +1,11 @@
 """A brain on the official anthropic SDK: tool use, prompt caching of the stable context, retries on overload
 and rate limits with waits this session can afford, and usage charged to the session's budget.
 
+Every request is charged, whatever became of its answer; a large request is counted (`count_tokens`) first and
+not sent when it could not be paid for. An answer cut off at max_tokens is continued once, a refusal is an
+unusable answer (`AnswerError`, which costs the session an iteration), and `pause_turn` is resumed. Failures
+that no retry mends (a bad key, no model, no quota, no network) are one-line `BrainError`s naming the next step.
+
 The base URL comes from the SDK's own ANTHROPIC_BASE_URL (tests point it at a local fake of the Messages API).
 """
 
@@ -15,14 +20,23 @@ from typing import Any
 
 import anthropic
 
-from agents.brain import BrainReply, BrainRequest, Budget, Tool, Usage
+from agents.brain import AnswerError, BrainError, BrainReply, BrainRequest, Budget, BudgetExceeded, Tool, Usage
 
 log = logging.getLogger("kernelbot.brain")
 
-# USD per million tokens (input, output) by model line; cache reads cost 0.1x input, cache writes 1.25x.
-# The SDK carries no prices; these are the published list prices of each line.
-PRICES_PER_MTOK: dict[str, tuple[float, float]] = {"opus": (15.0, 75.0), "sonnet": (3.0, 15.0), "haiku": (1.0, 5.0)}
+# USD per million tokens (input, output), by the longest model-id fragment that matches; cache reads cost 0.1x
+# input, cache writes 1.25x. The SDK carries no prices: these are the published list prices (Opus from 4.5 on
+# at $5/$25, the Opus 4 and 4.1 and 3 lines at $15/$75), and KERNELBOT_PRICES overrides or adds entries.
+PRICES_PER_MTOK: dict[str, tuple[float, float]] = {
+    "opus": (5.0, 25.0), "claude-opus-4-0": (15.0, 75.0), "claude-opus-4-1": (15.0, 75.0),
+    "claude-opus-4-2": (15.0, 75.0), "claude-3-opus": (15.0, 75.0),
+    "sonnet": (3.0, 15.0), "haiku": (1.0, 5.0), "claude-3-5-haiku": (0.8, 4.0), "claude-3-haiku": (0.25, 1.25),
+}
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+COUNT_FIRST_CHARS = 200_000  # requests larger than this are counted before they are sent
+MAX_CONTINUATIONS = 1  # an answer cut off at max_tokens is continued this many times, then refused
+CONTINUE = ("Your answer was cut off by the length limit. Continue exactly where it stopped, without repeating "
+            "anything, and finish it.")
 
 SYSTEM_PREAMBLE = (
     "You are one of kernelbot's sub-agents, writing and tuning TPU kernels in JAX Pallas. Answer in the form "
@@ -30,22 +44,20 @@ SYSTEM_PREAMBLE = (
 )
 
 
-class BrainError(RuntimeError):
-    """The model could not give an answer (retries exhausted, refused request, endless tool calls)."""
+DEAREST = (15.0, 75.0)  # an unknown model is counted at the dearest price rather than for free
 
 
-def price_for(model: str) -> tuple[float, float]:
-    for line, price in PRICES_PER_MTOK.items():
-        if line in model:
-            return price
-    return PRICES_PER_MTOK["opus"]  # unknown line: count it at the dearest price rather than for free
+def price_for(model: str, prices: dict[str, tuple[float, float]] | None = None) -> tuple[float, float]:
+    table = prices or PRICES_PER_MTOK
+    matches = [fragment for fragment in table if fragment in model]
+    return table[max(matches, key=len)] if matches else DEAREST
 
 
-def usage_of(response: Any, model: str) -> Usage:
+def usage_of(response: Any, model: str, prices: dict[str, tuple[float, float]] | None = None) -> Usage:
     u = response.usage
     read = int(getattr(u, "cache_read_input_tokens", 0) or 0)
     write = int(getattr(u, "cache_creation_input_tokens", 0) or 0)
-    price_in, price_out = price_for(model)
+    price_in, price_out = price_for(model, prices)
     cost = (u.input_tokens * price_in + read * price_in * 0.1 + write * price_in * 1.25
             + u.output_tokens * price_out) / 1e6
     return Usage(input_tokens=u.input_tokens, output_tokens=u.output_tokens, cache_read_tokens=read,
@@ -56,11 +68,44 @@ def choose_model(client: anthropic.Anthropic, configured: str | None, line: str 
     """The configured model, else the newest active model of `line` the API lists."""
     if configured:
         return configured
-    models = [m for m in client.models.list(limit=100) if getattr(m, "lifecycle", "active") == "active"]
+    try:
+        listed = list(client.models.list(limit=100))
+    except (anthropic.APIConnectionError, anthropic.APIStatusError) as exc:
+        raise api_failure(exc, "listing the models") from exc
+    models = [m for m in listed if getattr(m, "lifecycle", "active") == "active"]
     of_line = [m for m in models if getattr(m, "line", None) == line or line in m.id] or models
     if not of_line:
-        raise BrainError("the API lists no active model; set KERNELBOT_MODEL")
+        raise BrainError("the API lists no active model", "set KERNELBOT_MODEL to a model your key can use")
     return max(of_line, key=lambda m: m.created_at).id
+
+
+def api_failure(exc: Exception, doing: str) -> BrainError:
+    """A one-line error for a failure no retry mends, with what to do about it."""
+    status = getattr(exc, "status_code", None)
+    message = getattr(exc, "message", str(exc))
+    if isinstance(exc, anthropic.APIConnectionError):
+        return BrainError(f"cannot reach the Anthropic API while {doing} ({type(exc).__name__})",
+                          "check the network, or ANTHROPIC_BASE_URL if you use a proxy")
+    if status == 401:
+        return BrainError(f"the Anthropic API refused the key (401) while {doing}",
+                          "check ANTHROPIC_API_KEY (kernelbot doctor tests it)")
+    if status == 403:
+        return BrainError(f"the key may not do this (403) while {doing}: {message}",
+                          "check the key's workspace and permissions")
+    if status == 404:
+        return BrainError(f"the API knows no such model or route (404) while {doing}: {message}",
+                          "set KERNELBOT_MODEL to a model your key lists (kernelbot doctor shows them)")
+    if "credit" in str(message).lower() or "quota" in str(message).lower():
+        return BrainError(f"no quota left ({status}) while {doing}: {message}",
+                          "add credit or raise the key's limits, or use --brain offline")
+    if status == 429:
+        return BrainError(f"still rate limited (429) after the retries while {doing}",
+                          "wait a few minutes, run fewer sessions at once, or use --brain offline")
+    if status in RETRYABLE_STATUS:
+        return BrainError(f"the Anthropic API kept failing ({status}) while {doing}: {message}",
+                          "try again later, or use --brain offline")
+    return BrainError(f"the API refused the request ({status}) while {doing}: {message}",
+                      "this is a bug in the request kernelbot sent; report it with the log")
 
 
 @dataclass
@@ -71,6 +116,7 @@ class AnthropicBrain:
     max_tool_rounds: int = 8
     max_attempts: int = 5
     max_retry_wait: float = 30.0  # the SDK would obey any retry-after; a session caps what it waits
+    prices: dict[str, tuple[float, float]] = field(default_factory=lambda: dict(PRICES_PER_MTOK))
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
     name: str = "anthropic"
 
@@ -81,15 +127,32 @@ class AnthropicBrain:
         tools = _tool_params(request.tools)
         by_name = {t.name: t for t in request.tools}
         messages: list[dict[str, Any]] = [{"role": "user", "content": request.prompt}]
-        total, calls = Usage(), []
+        if len(request.context) + len(request.prompt) > COUNT_FIRST_CHARS:
+            self._afford(system=system, messages=messages, tools=tools, max_tokens=request.max_tokens)
+        total, calls, text, continued = Usage(), [], "", 0
         for _ in range(self.max_tool_rounds + 1):
             response = self._create(system=system, messages=messages, tools=tools, max_tokens=request.max_tokens)
-            usage = usage_of(response, self.model)
+            usage = usage_of(response, self.model, self.prices)
             total.add(usage)
-            self.budget.charge(usage)
+            self.budget.charge(usage)  # charged before anything is made of the answer
+            said = "".join(block.text for block in response.content if block.type == "text")
+            if response.stop_reason == "refusal":
+                raise AnswerError(f"the model declined to answer the {request.role}'s request (refusal)")
+            if response.stop_reason == "max_tokens":
+                if continued >= MAX_CONTINUATIONS:
+                    raise AnswerError(f"the {request.role}'s answer was cut off at max_tokens "
+                                      f"({request.max_tokens}) {continued + 1} times")
+                continued += 1
+                text += said
+                # Ask for the rest (not a prefill: newer models refuse those), and join the two parts.
+                messages = [*messages, {"role": "assistant", "content": response.content},
+                            {"role": "user", "content": CONTINUE}]
+                continue
+            if response.stop_reason == "pause_turn":  # a long turn paused by the API: hand it back to go on
+                messages = [*messages, {"role": "assistant", "content": response.content}]
+                continue
             if response.stop_reason != "tool_use":
-                text = "".join(block.text for block in response.content if block.type == "text")
-                return BrainReply(text=text, usage=total, tool_calls=tuple(calls))
+                return BrainReply(text=text + said, usage=total, tool_calls=tuple(calls))
             messages.append({"role": "assistant", "content": response.content})
             results = []
             for block in response.content:
@@ -98,7 +161,26 @@ class AnthropicBrain:
                 calls.append(block.name)
                 results.append(_run_tool(by_name.get(block.name), block))
             messages.append({"role": "user", "content": results})
-        raise BrainError(f"the model was still calling tools after {self.max_tool_rounds} rounds")
+        raise AnswerError(f"the model was still calling tools after {self.max_tool_rounds} rounds")
+
+    def _afford(self, **request: Any) -> None:
+        """Count a large request first and refuse to send what the budget could not pay for."""
+        if self.budget.max_cost_usd is None:
+            return
+        tools = request.pop("tools")
+        max_tokens = request.pop("max_tokens")
+        try:
+            counted = self.client.messages.count_tokens(model=self.model, **request,
+                                                        **({"tools": tools} if tools else {}))
+        except (anthropic.APIConnectionError, anthropic.APIStatusError) as exc:
+            log.warning("count_tokens failed (%s); sending the request uncounted", exc)
+            return
+        price_in, price_out = price_for(self.model, self.prices)
+        worst = (counted.input_tokens * price_in + max_tokens * price_out) / 1e6
+        if self.budget.spent.cost_usd + worst > self.budget.max_cost_usd:
+            raise BudgetExceeded(f"cost budget: the next request ({counted.input_tokens:,} input tokens, up to "
+                                 f"${worst:.2f}) would pass ${self.budget.max_cost_usd:.2f} "
+                                 f"(${self.budget.spent.cost_usd:.2f} spent)")
 
     def _create(self, **kwargs: Any) -> Any:
         extra = {"tools": kwargs.pop("tools")} if kwargs.get("tools") else {}
@@ -109,9 +191,9 @@ class AnthropicBrain:
             except (anthropic.APIConnectionError, anthropic.APIStatusError) as exc:
                 status = getattr(exc, "status_code", None)
                 if isinstance(exc, anthropic.APIStatusError) and status not in RETRYABLE_STATUS:
-                    raise BrainError(f"the API refused the request ({status}): {exc.message}") from exc
+                    raise api_failure(exc, "asking the model") from exc
                 if attempt == self.max_attempts:
-                    raise BrainError(f"gave up after {attempt} attempts: {exc}") from exc
+                    raise api_failure(exc, f"asking the model ({attempt} attempts)") from exc
                 wait = self._wait_for(exc, attempt)
                 log.warning("anthropic %s; retrying in %.1f s (attempt %d of %d)", status or "connection error",
                             wait, attempt + 1, self.max_attempts)
@@ -129,7 +211,7 @@ class AnthropicBrain:
             asked = min(8.0, 0.5 * 2 ** (attempt - 1)) * (1 + random.random() * 0.25)
         if asked > self.max_retry_wait:
             raise BrainError(f"the API asks to wait {asked:.0f} s, more than this session allows "
-                             f"({self.max_retry_wait:.0f} s)") from exc
+                             f"({self.max_retry_wait:.0f} s)", "try again later") from exc
         return asked
 
 

@@ -19,7 +19,7 @@ from sqlmodel import Session
 
 from agents import subagents
 from agents.auto_decide import AutoConfig, StepRecord, next_action, progress
-from agents.brain import Brain, BudgetExceeded
+from agents.brain import AnswerError, Brain, BrainError, BudgetExceeded
 from storage import sessions
 from tpu_runner.jobs import evaluation_record
 from tpu_runner.result import EvalError, EvalResult
@@ -96,9 +96,16 @@ class AutoLoop:
             except BudgetExceeded as exc:
                 stop_reason = f"budget: {exc}"
                 break
-            except subagents.AgentAnswerError as exc:
-                # A malformed answer ends this iteration; the next one starts from a fresh plan.
-                action, outputs = "give_up", {"reason": str(exc)}
+            except BrainError as exc:  # no answer at all (key, quota, network): nothing more can be done now
+                stop_reason = f"brain: {exc.one_line()}"
+                break
+            except AnswerError as exc:
+                # An unusable answer ends this iteration (it used one, and was paid for); the next one starts from
+                # a fresh plan, and enough of them in a row stop the session.
+                action, outputs = "give_up", {"reason": str(exc), "unusable": action}
+            budget = getattr(self.brain, "budget", None)
+            if budget is not None and budget.spent.cost_usd:  # the session's spend so far, kept with its steps
+                outputs = {**outputs, "spent_usd": round(budget.spent.cost_usd, 6)}
             with Session(self.engine) as s, s.begin():
                 step = sessions.add_step(s, session_id=session_id, kind=action, outputs=outputs)
                 # What people should see of the step, for every surface (the terminal, the Slack notifier).

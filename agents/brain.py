@@ -60,6 +60,23 @@ class BudgetExceeded(Exception):
     """The session's token or cost budget is spent; work stops here with what was found so far."""
 
 
+class BrainError(RuntimeError):
+    """The brain cannot answer at all (no model, a bad key, no quota, no network): one line for a person, with
+    what to do next."""
+
+    def __init__(self, message: str, next_step: str = ""):
+        super().__init__(message)
+        self.next_step = next_step
+
+    def one_line(self) -> str:
+        return f"{self}; {self.next_step}" if self.next_step else str(self)
+
+
+class AnswerError(ValueError):
+    """An answer that cannot be used: cut off at max_tokens, refused, or lacking what its role must produce.
+    It costs an iteration like any other answer."""
+
+
 @dataclass
 class Budget:
     """Limits for one session; `charge` raises BudgetExceeded once a limit is passed."""

@@ -29,10 +29,15 @@ def make_brain(name: str, settings: Settings, budget: Budget, *, task: Task | No
             raise BrainUnavailable("the anthropic brain needs ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL for a proxy)")
         import anthropic
 
-        from agents.anthropic_brain import AnthropicBrain, choose_model
+        from agents.anthropic_brain import PRICES_PER_MTOK, AnthropicBrain, choose_model
 
         client = anthropic.Anthropic(api_key=settings.anthropic_api_key, max_retries=0, timeout=300.0)
-        return AnthropicBrain(client=client, model=choose_model(client, settings.model), budget=budget)
+        # Every session has a spending cap: its own, or the setting's when that is lower (or it has none).
+        if budget.max_cost_usd is None or budget.max_cost_usd > settings.max_cost_usd:
+            budget.max_cost_usd = settings.max_cost_usd
+        prices = {**PRICES_PER_MTOK, **{f: (i, o) for f, i, o in settings.prices}}
+        return AnthropicBrain(client=client, model=choose_model(client, settings.model), budget=budget,
+                              prices=prices)
     if name == "offline":
         if task is None or chip is None:
             raise BrainUnavailable("the offline brain works on a task's reference; this needs an LLM brain "

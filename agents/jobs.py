@@ -13,7 +13,7 @@ from sqlmodel import Session, select
 
 from agents.auto import AutoLoop
 from agents.auto_decide import AutoConfig
-from agents.brain import Brain, Budget
+from agents.brain import Brain, BrainError, Budget, Usage
 from agents.brains import BrainUnavailable, make_brain
 from agents.commands import advance_job
 from agents.hitl import HitlMachine
@@ -48,11 +48,15 @@ def _advance(ctx: JobContext, payload: dict[str, Any], machine: type[AutoLoop]) 
         if files and not (task_dir and Path(task_dir).is_dir()):  # pasted on another host: the files travel along
             task_dir = str(write_task(files, ctx.settings.home / "tasks" / f"{task_name}-{files_digest(files)}"))
         task = load_task(task_dir or "")
+        # The session's spend so far travels in its steps, so a cap holds across jobs, runners and crashes.
         brain = make_brain(budget.get("brain") or "anthropic", ctx.settings,
-                           Budget(max_cost_usd=budget.get("max_cost_usd"), max_tokens=budget.get("max_tokens")),
+                           Budget(max_cost_usd=budget.get("max_cost_usd"), max_tokens=budget.get("max_tokens"),
+                                  spent=Usage(cost_usd=_spent_so_far(engine, session_id))),
                            task=task, chip=get_chip(target))
     except (TaskError, BrainUnavailable) as exc:
         raise JobRejected(str(exc)) from exc
+    except BrainError as exc:
+        raise JobRejected(f"the brain cannot answer: {exc.one_line()}") from exc
     _describe_task(engine, session_id, task, ctx)
     loop = build_loop(machine, engine=engine, brain=brain, task=task, chip=get_chip(target), settings=ctx.settings,
                       session_id=session_id, config=AutoConfig(max_iterations=int(budget.get("iterations", 5))),
@@ -65,6 +69,12 @@ def _advance(ctx: JobContext, payload: dict[str, Any], machine: type[AutoLoop]) 
             then.append(advance_job(session_id=session_id, mode=record.mode, target=record.target))
     return JobOutcome(result={"session_id": session_id, "stop_reason": outcome.stop_reason,
                               "best_speedup": outcome.best_speedup, "evaluations": outcome.evaluations}, then=then)
+
+
+def _spent_so_far(engine: Engine, session_id: str) -> float:
+    with Session(engine) as s:
+        return max((float((st.outputs or {}).get("spent_usd") or 0.0)
+                    for st in sessions.get_steps(s, session_id=session_id)), default=0.0)
 
 
 def _describe_task(engine: Engine, session_id: str, task: Task, ctx: JobContext) -> None:

@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from agents import strategies, subagents, tunable
-from agents.brain import Brain, BudgetExceeded
+from agents.brain import Brain, BrainError, BudgetExceeded
 from agents.context import task_context
 from agents.search_decide import ROOT_STRATEGY, Graph, Node, SearchConfig, next_expansions
 from storage import queue, sessions
@@ -333,6 +333,11 @@ class NodeRunner:
             self._mark_failed(candidate_id, f"the brain's budget is spent: {exc}")
             with Session(self.engine) as s, s.begin():
                 stop_search(s, record.id, f"budget: {exc}")
+            return ""
+        except BrainError as exc:  # no answers will come (key, quota, network): the search stops, saying why
+            self._mark_failed(candidate_id, exc.one_line())
+            with Session(self.engine) as s, s.begin():
+                stop_search(s, record.id, f"brain: {exc.one_line()}")
             return ""
         except Exception as exc:  # noqa: BLE001 - a brain that cannot answer fails this node, not the search
             self._mark_failed(candidate_id, f"{type(exc).__name__}: {exc}"[:500])

@@ -12,14 +12,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agents.brain import Brain, BrainRequest, Tool
+from agents.brain import AnswerError, Brain, BrainRequest, Tool
 from tpu_runner.result import EvalError
 
 PLAN_SECTIONS = ("analysis", "strategy", "tiling and memory", "pipelining", "expected impact", "risks")
 _CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
 
-class AgentAnswerError(ValueError):
+class AgentAnswerError(AnswerError):
     """A brain's answer lacks what its role must produce."""
 
 

@@ -34,6 +34,7 @@ def _friendly(exc: Exception) -> tuple[str, str] | None:
     """One line and the next step, for each kind of bad input or unreachable service; None if unknown."""
     from sqlalchemy.exc import OperationalError
 
+    from agents.brain import BrainError
     from agents.brains import BrainUnavailable
     from bot.slack_app import SlackSettingsError
     from storage.migrate import SchemaNewer, SchemaOutdated
@@ -44,6 +45,8 @@ def _friendly(exc: Exception) -> tuple[str, str] | None:
     if isinstance(exc, OperationalError):
         return (f"cannot use the database: {str(exc.orig).strip().splitlines()[0]}",
                 "check KERNELBOT_DATABASE_URL and that the server is running")
+    if isinstance(exc, BrainError):  # no answer at all from the model: the brain says what to do
+        return str(exc), exc.next_step or "see `kernelbot doctor`"
     table: list[tuple[type[Exception], str]] = [
         (TaskError, "check the task directory (reference.py + kernel_task.yaml, or baseline.py); "
                     "`kernelbot tasks` lists valid ones"),

@@ -44,6 +44,11 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("ANTHROPIC_BASE_URL", "Anthropic's own", "another Messages API base URL (a proxy; the tests' fake)",
              reader="anthropic"),
     Variable("KERNELBOT_MODEL", "newest active Opus listed by the API", "the model the anthropic brain uses"),
+    Variable("KERNELBOT_MAX_COST_USD", "`10`", "the most one session may spend on the LLM, every request counted "
+             "(a session's own `--max-cost` or budget is used when it is lower)"),
+    Variable("KERNELBOT_PRICES", "the published list prices",
+             "USD per million tokens by model-id fragment, e.g. `opus=5/25,claude-opus-4-1=15/75` (added to or "
+             "replacing the built-in table; the longest matching fragment wins)"),
     Variable("SLACK_BOT_TOKEN", "none", "the Slack app's bot token (`xoxb-`), for `serve`", secret=True),
     Variable("SLACK_APP_TOKEN", "none", "the app-level token (`xapp-`) for Socket Mode (`serve` without `--http`)",
              secret=True),
@@ -82,6 +87,36 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> i
     return value
 
 
+def _money(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw.lstrip("$"))
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not an amount in USD (e.g. 10 or 2.5)") from None
+    if not value > 0 or value == float("inf"):
+        raise SettingsError(f"{name}={raw!r} must be a positive amount")
+    return value
+
+
+def _prices(env: Mapping[str, str], name: str) -> tuple[tuple[str, float, float], ...]:
+    """`opus=5/25,claude-opus-4-1=15/75` -> (("opus", 5.0, 25.0), ...)."""
+    raw = env.get(name, "").strip()
+    out: list[tuple[str, float, float]] = []
+    for entry in filter(None, (e.strip() for e in raw.split(","))):
+        fragment, _, pair = entry.partition("=")
+        try:
+            price_in, price_out = (float(x) for x in pair.split("/"))
+        except ValueError:
+            raise SettingsError(f"{name} entry {entry!r} must be fragment=input/output USD per million tokens, "
+                                "e.g. opus=5/25") from None
+        if not fragment.strip() or price_in < 0 or price_out < 0:
+            raise SettingsError(f"{name} entry {entry!r} needs a model fragment and non-negative prices")
+        out.append((fragment.strip(), price_in, price_out))
+    return tuple(out)
+
+
 def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
     value = env.get(name) or default
     if value not in choices:
@@ -118,6 +153,8 @@ class Settings:
     job_modules: tuple[str, ...] = ()  # KERNELBOT_JOB_MODULES: extra job kinds, imported by runners
     anthropic_api_key: str | None = field(default=None, repr=False)  # ANTHROPIC_API_KEY
     model: str | None = None  # KERNELBOT_MODEL; default: the newest active model the API lists
+    max_cost_usd: float = 10.0  # KERNELBOT_MAX_COST_USD: the LLM spend cap of one session
+    prices: tuple[tuple[str, float, float], ...] = ()  # KERNELBOT_PRICES: (model fragment, in, out) per MTok
     slack_bot_token: str | None = field(default=None, repr=False)  # SLACK_BOT_TOKEN (xoxb-)
     slack_signing_secret: str | None = field(default=None, repr=False)  # SLACK_SIGNING_SECRET (HTTP mode)
     slack_app_token: str | None = field(default=None, repr=False)  # SLACK_APP_TOKEN (xapp-, Socket Mode)
@@ -231,6 +268,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         database_url=env.get("KERNELBOT_DATABASE_URL") or None,
         anthropic_api_key=env.get("ANTHROPIC_API_KEY") or None,
         model=env.get("KERNELBOT_MODEL") or None,
+        max_cost_usd=_money(env, "KERNELBOT_MAX_COST_USD", 10.0),
+        prices=_prices(env, "KERNELBOT_PRICES"),
         slack_bot_token=env.get("SLACK_BOT_TOKEN") or None,
         slack_signing_secret=env.get("SLACK_SIGNING_SECRET") or None,
         slack_app_token=env.get("SLACK_APP_TOKEN") or None,

@@ -6,7 +6,7 @@ import anthropic
 import pytest
 
 from agents.anthropic_brain import AnthropicBrain, BrainError, choose_model, price_for
-from agents.brain import BrainRequest, Budget, BudgetExceeded, ScriptedBrain
+from agents.brain import AnswerError, BrainRequest, Budget, BudgetExceeded, ScriptedBrain
 from agents.tools import describe_jax_object, jax_api_tool
 from tests.fakes.anthropic_api import API_KEY, fake_anthropic
 
@@ -115,7 +115,7 @@ def test_endless_tool_calls_are_cut_off() -> None:
     call = {"tool_use": {"name": "jax_api", "input": {"name": "jax.numpy.dot"}}}
     with fake_anthropic([call] * 3) as fake:
         brain, _ = _brain(fake.base_url, max_tool_rounds=2)
-        with pytest.raises(BrainError, match="still calling tools after 2 rounds"):
+        with pytest.raises(AnswerError, match="still calling tools after 2 rounds"):
             brain.ask(_request(tools=(jax_api_tool(),)))
 
 
@@ -130,7 +130,65 @@ def test_model_choice(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_prices() -> None:
     assert price_for("claude-haiku-5-5") < price_for("claude-sonnet-5-5") < price_for("claude-opus-5-5")
-    assert price_for("someone-elses-model") == price_for("claude-opus-5-5")
+    assert price_for("someone-elses-model") >= price_for("claude-opus-5-5")  # unknown: the dearest, never free
+    assert price_for("claude-opus-4-1-20250805") == (15.0, 75.0) and price_for("claude-opus-4-5") == (5.0, 25.0)
+    assert price_for("claude-opus-5-5", {"opus-5": (2.0, 10.0), "opus": (5.0, 25.0)}) == (2.0, 10.0)
+
+
+def test_an_answer_cut_off_at_max_tokens_is_continued_once_then_refused() -> None:
+    script = [{"text": "```python\ndef computation(x):\n", "stop_reason": "max_tokens"},
+              {"text": "  return x\n```"}]
+    with fake_anthropic(script) as fake:
+        brain, _ = _brain(fake.base_url)
+        reply = brain.ask(_request())
+    assert reply.text == "```python\ndef computation(x):\n  return x\n```"
+    assert len(fake.requests) == 2 and reply.usage.requests == 2
+    follow_up = fake.requests[1]["body"]["messages"]
+    assert [m["role"] for m in follow_up] == ["user", "assistant", "user"] and "cut off" in follow_up[-1]["content"]
+    with fake_anthropic([{"text": "def computation(", "stop_reason": "max_tokens", "repeat": True}]) as fake:
+        brain, _ = _brain(fake.base_url)
+        with pytest.raises(AnswerError, match="cut off at max_tokens"):
+            brain.ask(_request())
+    assert len(fake.requests) == 2 and brain.budget.spent.requests == 2  # both were paid for
+
+
+def test_a_refusal_is_an_unusable_answer_and_pause_turn_is_resumed() -> None:
+    with fake_anthropic([{"text": "", "stop_reason": "refusal"}]) as fake:
+        brain, _ = _brain(fake.base_url)
+        with pytest.raises(AnswerError, match="declined"):
+            brain.ask(_request())
+    assert brain.budget.spent.requests == 1
+    with fake_anthropic([{"text": "thinking...", "stop_reason": "pause_turn"}, {"text": " plan"}]) as fake:
+        brain, _ = _brain(fake.base_url)
+        assert brain.ask(_request()).text == " plan"
+    assert len(fake.requests) == 2 and fake.requests[1]["body"]["messages"][-1]["role"] == "assistant"
+
+
+def test_overload_that_lasts_ends_in_one_line_with_what_to_do() -> None:
+    with fake_anthropic([{"status": 529, "repeat": True}]) as fake:
+        brain, waits = _brain(fake.base_url, max_attempts=4)
+        with pytest.raises(BrainError) as raised:
+            brain.ask(_request())
+    assert len(fake.requests) == 4 and len(waits) == 3
+    line = raised.value.one_line()
+    assert "kept failing (529)" in line and "--brain offline" in line and "\n" not in line
+
+
+def test_a_large_request_is_counted_first_and_not_sent_when_it_cannot_be_paid() -> None:
+    huge = "x" * 250_000
+    with fake_anthropic([{"text": "never"}]) as fake:
+        brain, _ = _brain(fake.base_url, budget=Budget(max_cost_usd=0.05))
+        with pytest.raises(BudgetExceeded, match="would pass \\$0.05"):
+            brain.ask(BrainRequest(role="planner", context=huge, prompt="Plan."))
+    assert len(fake.counted) == 1 and fake.requests == []
+
+
+def test_a_wrong_key_says_what_to_check() -> None:
+    with fake_anthropic() as fake:
+        client = anthropic.Anthropic(api_key="sk-wrong", base_url=fake.base_url, max_retries=0)
+        with pytest.raises(BrainError) as raised:
+            choose_model(client, None)
+    assert "refused the key (401)" in raised.value.one_line() and "ANTHROPIC_API_KEY" in raised.value.one_line()
 
 
 def test_scripted_brain_plays_its_script() -> None:

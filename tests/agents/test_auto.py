@@ -163,3 +163,85 @@ def test_a_redirected_plan_is_not_a_new_iteration() -> None:
     steps = [S("plan"), S("decision", action="redirect", text="x"), S("plan")]
     assert progress(steps).iterations == 1
     assert progress([*steps, S("decision", action="approve"), S("implement")]).iterations == 1
+
+
+# --- a model that is no help: every run ends within its budgets, with a reason a person understands -----------
+
+NO_SECTIONS = "Plan: tile rows by 256 and keep the max in VMEM.\n" + code(GOOD)
+
+
+def _anthropic_loop(tmp_path: Path, base_url: str, config: AutoConfig, budget: Budget | None = None
+                    ) -> tuple[AutoLoop, str]:
+    engine = _engine(tmp_path)
+    client = anthropic.Anthropic(api_key=API_KEY, base_url=base_url, max_retries=0)
+    brain = AnthropicBrain(client=client, model="claude-opus-5-5", budget=budget or Budget(max_cost_usd=5.0),
+                           sleep=lambda _: None)
+
+    def never_evaluated(path: Path, on_stage: object = None) -> object:
+        raise AssertionError("nothing usable should reach the evaluator")
+
+    loop = AutoLoop(engine=engine, brain=brain, ctx=CTX, evaluate=never_evaluated,  # type: ignore[arg-type]
+                    workdir=tmp_path / "k", config=config)
+    return loop, _new_session(engine)
+
+
+def test_a_model_that_never_follows_the_plan_format_stops_after_three_answers(tmp_path: Path) -> None:
+    with fake_anthropic([{"text": NO_SECTIONS, "repeat": True}]) as fake:
+        loop, session_id = _anthropic_loop(tmp_path, fake.base_url, AutoConfig(max_iterations=50, plateau=50))
+        outcome = loop.run(session_id)
+    assert len(fake.requests) == 3  # each one paid for, each one an iteration
+    assert outcome.stop_reason == ("unusable answers: the model's plans could not be used 3 times in a row (they "
+                                   "did not follow the format, were cut off, or were refused)")
+    assert loop.brain.budget.spent.requests == 3  # type: ignore[attr-defined]
+    with Session(loop.engine) as s:
+        assert [st.kind for st in sessions.get_steps(s, session_id=session_id)] == ["give_up"] * 3
+        assert sessions.get_session(s, session_id=session_id).status == "done"
+
+
+def test_unusable_plans_count_against_the_iteration_budget(tmp_path: Path) -> None:
+    with fake_anthropic([{"text": NO_SECTIONS, "repeat": True}]) as fake:
+        loop, session_id = _anthropic_loop(tmp_path, fake.base_url, AutoConfig(max_iterations=2, max_unusable=5))
+        outcome = loop.run(session_id)
+    assert outcome.stop_reason == "iterations" and len(fake.requests) == 2
+
+
+def test_kernels_cut_off_at_max_tokens_stop_the_session(tmp_path: Path) -> None:
+    half = {"text": "```python\nimport jax\ndef computation(x):\n", "stop_reason": "max_tokens"}
+    script = [{"text": PLAN}, half, half, {"text": PLAN}, half, half, {"text": PLAN}, half, half]
+    with fake_anthropic(script) as fake:
+        loop, session_id = _anthropic_loop(tmp_path, fake.base_url, AutoConfig(max_iterations=9, plateau=9))
+        outcome = loop.run(session_id)
+    assert len(fake.requests) == 9  # each kernel: the answer and one continuation, both cut off
+    assert outcome.stop_reason.startswith("unusable answers: the model's kernels could not be used 3 times")
+    with Session(loop.engine) as s:
+        steps = sessions.get_steps(s, session_id=session_id)
+        assert [st.kind for st in steps] == ["plan", "give_up"] * 3
+        assert "cut off at max_tokens" in steps[1].outputs["reason"]
+
+
+def test_refusals_stop_the_session(tmp_path: Path) -> None:
+    with fake_anthropic([{"text": "", "stop_reason": "refusal", "repeat": True}]) as fake:
+        loop, session_id = _anthropic_loop(tmp_path, fake.base_url, AutoConfig(max_iterations=9, plateau=9))
+        outcome = loop.run(session_id)
+    assert len(fake.requests) == 3 and outcome.stop_reason.startswith("unusable answers: the model's plans")
+
+
+def test_an_api_overloaded_for_good_ends_the_session_with_one_line(tmp_path: Path) -> None:
+    with fake_anthropic([{"status": 529, "repeat": True}]) as fake:
+        loop, session_id = _anthropic_loop(tmp_path, fake.base_url, AutoConfig(max_iterations=9))
+        outcome = loop.run(session_id)
+    assert len(fake.requests) == 5  # one request's attempts, then the session stops
+    assert outcome.stop_reason.startswith("brain: the Anthropic API kept failing (529)")
+    assert "--brain offline" in outcome.stop_reason and "\n" not in outcome.stop_reason
+
+
+def test_every_request_counts_against_the_cost_cap(tmp_path: Path) -> None:
+    with fake_anthropic([{"text": NO_SECTIONS, "repeat": True}]) as fake:
+        loop, session_id = _anthropic_loop(tmp_path, fake.base_url, AutoConfig(max_iterations=50, max_unusable=50,
+                                                                                plateau=50),
+                                           budget=Budget(max_cost_usd=0.05))
+        outcome = loop.run(session_id)
+    assert outcome.stop_reason.startswith("budget: cost budget spent")
+    spent = loop.brain.budget.spent  # type: ignore[attr-defined]
+    assert spent.requests == len(fake.requests) and spent.cost_usd > 0.05
+    assert len(fake.requests) < 50

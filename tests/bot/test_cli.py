@@ -17,6 +17,7 @@ from rich.console import Console
 from bot import render
 from storage.migrate import head_revision
 from tests.conftest import CORPUS, TASKS
+from tests.fakes.anthropic_api import fake_anthropic
 from tpu_runner.result import EvalResult, Performance
 
 KERNELBOT = [sys.executable, "-m", "bot.cli"]
@@ -202,3 +203,14 @@ def test_chat_runs_a_hitl_session_from_the_terminal(tmp_path: Path) -> None:
     assert re.search(r"best kernel: x\d+\.\d\d estimated, likely x\d+\.\d\d-x\d+\.\d\d", proc.stdout), proc.stdout
     assert "use 256-row blocks" in fake.requests[1]["body"]["messages"][0]["content"]
     assert len(fake.requests) == 4
+
+
+def test_a_brain_that_cannot_answer_is_one_line_with_its_next_step(tmp_path: Path) -> None:
+    with fake_anthropic() as fake:
+        env = {**os.environ, "KERNELBOT_HOME": str(tmp_path), "ANTHROPIC_API_KEY": "sk-wrong",
+               "ANTHROPIC_BASE_URL": fake.base_url}
+        proc = subprocess.run([*KERNELBOT, "optimize", "--task", str(TASKS / "softmax"), "--brain", "anthropic"],
+                              capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert "refused the key (401)" in proc.stderr and "next: check ANTHROPIC_API_KEY" in proc.stderr
+    assert "Traceback" not in proc.stderr and "error id" not in proc.stderr.lower()

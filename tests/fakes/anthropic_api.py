@@ -37,10 +37,13 @@ def tokens(value: Any) -> int:
 @dataclass
 class FakeAnthropic:
     """Script entries: {"text": ...}, {"tool_use": {"name": ..., "input": {...}}, "text": optional},
-    {"status": 429, "retry_after": seconds}, {"status": 529}."""
+    {"status": 429, "retry_after": seconds}, {"status": 529}; "stop_reason" ("max_tokens", "refusal",
+    "pause_turn") overrides the turn's own; an entry with "repeat": True is played for every request from then on
+    (a model that always answers the same way)."""
 
     script: list[dict[str, Any]] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
+    counted: list[dict[str, Any]] = field(default_factory=list)  # count_tokens requests
     cached_prefixes: set[str] = field(default_factory=set)
     base_url: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -51,7 +54,7 @@ class FakeAnthropic:
             return 400, _error(400, problem), {}
         if not self.script:
             return 500, _error(500, "the fake has no scripted turn left"), {}
-        turn = self.script.pop(0)
+        turn = self.script[0] if self.script[0].get("repeat") else self.script.pop(0)
         if "status" in turn:
             headers = {"retry-after": str(turn["retry_after"])} if "retry_after" in turn else {}
             return turn["status"], _error(turn["status"], f"scripted {turn['status']}"), headers
@@ -65,7 +68,8 @@ class FakeAnthropic:
                  "cache_read_input_tokens": read, "cache_creation_input_tokens": write}
         return 200, {"id": f"msg_{uuid.uuid4().hex[:12]}", "type": "message", "role": "assistant",
                      "model": body["model"], "content": content,
-                     "stop_reason": "tool_use" if "tool_use" in turn else "end_turn", "stop_sequence": None,
+                     "stop_reason": turn.get("stop_reason") or ("tool_use" if "tool_use" in turn else "end_turn"),
+                     "stop_sequence": None,
                      "usage": usage}, {}
 
     def _invalid(self, body: dict[str, Any]) -> str | None:
@@ -146,7 +150,13 @@ def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
             if not self._authorised():
                 return
             body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
-            if self.path.split("?")[0] != "/v1/messages":
+            route = self.path.split("?")[0]
+            if route == "/v1/messages/count_tokens":
+                with fake.lock:
+                    fake.counted.append(body)
+                self._reply(200, {"input_tokens": tokens(body.get("messages")) + tokens(body.get("system", []))})
+                return
+            if route != "/v1/messages":
                 self._reply(404, _error(404, f"no route {self.path}"))
                 return
             with fake.lock:

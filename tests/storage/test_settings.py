@@ -139,3 +139,15 @@ def test_wrong_values_name_the_setting():
         with pytest.raises(SettingsError, match=message):
             load_settings(env)
     assert load_settings({"KERNELBOT_LOG_LEVEL": "DEBUG"}).log_level == "debug"
+
+
+def test_the_llm_spend_cap_and_the_price_table_are_settings() -> None:
+    settings = load_settings({"KERNELBOT_HOME": "/tmp/x", "KERNELBOT_MAX_COST_USD": "2.5",
+                              "KERNELBOT_PRICES": "opus=5/25, claude-opus-4-1=15/75"})
+    assert settings.max_cost_usd == 2.5
+    assert settings.prices == (("opus", 5.0, 25.0), ("claude-opus-4-1", 15.0, 75.0))
+    assert load_settings({"KERNELBOT_HOME": "/tmp/x"}).max_cost_usd == 10.0
+    with pytest.raises(SettingsError, match="KERNELBOT_PRICES entry 'opus=5' must be"):
+        load_settings({"KERNELBOT_HOME": "/tmp/x", "KERNELBOT_PRICES": "opus=5"})
+    with pytest.raises(SettingsError, match="KERNELBOT_MAX_COST_USD='-1' must be a positive amount"):
+        load_settings({"KERNELBOT_HOME": "/tmp/x", "KERNELBOT_MAX_COST_USD": "-1"})
