@@ -8,11 +8,12 @@ from typing import Any
 from sqlalchemy import Engine, update
 from sqlmodel import Session, col, select
 
-from agents.hitl import DecisionRejected, answered_step, record_decision
+from agents.auto_decide import AutoConfig, StepRecord
+from agents.hitl import DecisionRejected, answered_step, hitl_next_action, record_decision_in
 from agents.search import start_search, stop_search
 from agents.search_decide import SearchConfig
 from storage import queue, sessions
-from storage.models import Candidate, Decision, Job, now
+from storage.models import Candidate, Decision, Job, KernelSession, now
 from tpu_runner.jobs import FollowUp
 from tpu_runner.tasks import Task, load_task
 
@@ -54,16 +55,21 @@ def start_session(engine: Engine, *, mode: str, task: Task, target: str, owner: 
 
 def decide(engine: Engine, *, session_id: str, actor: str, action: str, text: str | None = None,
            step: int | None = None, via: str | None = None) -> str:
-    """Record a person's decision and queue what it sets going; returns the session's mode afterwards."""
+    """Record a person's decision and queue what it sets going, in one transaction (a crash leaves both or
+    neither); returns the session's mode afterwards."""
     if action == "cancel":
         cancel_session(engine, session_id=session_id, actor=actor, step=step, via=via)
         return "cancelled"
-    mode = record_decision(engine, session_id=session_id, actor=actor, action=action, text=text, step=step, via=via)
-    if action in ("finish", "adopt", "search"):
-        with Session(engine) as s, s.begin():
-            sessions.set_session_status(s, session_id=session_id, status="done")
-        return mode
     with Session(engine) as s, s.begin():
+        return _decide_in(s, session_id=session_id, actor=actor, action=action, text=text, step=step, via=via)
+
+
+def _decide_in(s: Session, *, session_id: str, actor: str, action: str, text: str | None, step: int | None,
+               via: str | None) -> str:
+    mode = record_decision_in(s, session_id=session_id, actor=actor, action=action, text=text, step=step, via=via)
+    if action in ("finish", "adopt", "search"):
+        sessions.set_session_status(s, session_id=session_id, status="done")
+    else:
         target = sessions.get_session(s, session_id=session_id).target
         _enqueue_advance(s, session_id=session_id, mode=mode, target=target)
     return mode
@@ -100,7 +106,37 @@ def continue_with_search(engine: Engine, *, session_id: str, actor: str, step: i
         seed = s.exec(select(Candidate).where(Candidate.id == record.best_candidate_id)).one()
         task, target, brain = load_task(record.task_dir or ""), record.target, (record.budget or {}).get("brain")
         channel, thread = record.slack_channel, record.slack_thread_ts
-    decide(engine, session_id=session_id, actor=actor, action="search", step=step, via=via)
-    with Session(engine) as s, s.begin():
+    with Session(engine) as s, s.begin():  # the decision and the search it starts: both or neither
+        _decide_in(s, session_id=session_id, actor=actor, action="search", text=None, step=step, via=via)
         return start_search(s, task=task, target=target, config=config or SearchConfig(), seed_code=seed.code,
                             brain=brain, owner=actor, slack_channel=channel, slack_thread_ts=thread)
+
+
+def recover_stranded(engine: Engine) -> list[str]:
+    """Sessions that should be moving but have no live job (its runner died past its retries, a job was lost,
+    or the database was restored): queue their advance job again. Returns their ids. Safe to run any time, from
+    any number of processes: the advance job's dedup key keeps it to one."""
+    recovered: list[str] = []
+    with Session(engine) as s, s.begin():
+        live = set(s.exec(select(Job.session_id).where(col(Job.status).in_(("queued", "running")),
+                                                       col(Job.session_id).is_not(None))).all())
+        # Only sessions that runners move (they have had jobs): a terminal runs its own sessions in-process.
+        queued_ever = set(s.exec(select(Job.session_id).where(col(Job.session_id).is_not(None))).all())
+        for record in s.exec(select(KernelSession).where(col(KernelSession.mode).in_(tuple(ADVANCE_KIND)),
+                                                          col(KernelSession.status).not_in(FINISHED))).all():
+            if record.id in live or record.id not in queued_ever or not _has_work(s, record):
+                continue
+            _enqueue_advance(s, session_id=record.id, mode=record.mode, target=record.target)
+            sessions.add_event(s, session_id=record.id, kind="session_recovered",
+                               payload={"mode": record.mode, "reason": "it had work to do and no live job"})
+            recovered.append(record.id)
+    return recovered
+
+
+def _has_work(s: Session, record: KernelSession) -> bool:
+    """Whether agents, not people, are next in this session."""
+    steps = [StepRecord(st.kind, dict(st.outputs or {})) for st in sessions.get_steps(s, session_id=record.id)]
+    if record.mode == "auto":
+        return record.status != "awaiting"
+    action = hitl_next_action(steps, AutoConfig().max_debug_attempts)
+    return not action.startswith(("await_", "stop:"))

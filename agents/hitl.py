@@ -110,42 +110,50 @@ AFTER_AUTO = ("adopt", "search")  # what a person may do with a finished Auto se
 
 def record_decision(engine: Engine, *, session_id: str, actor: str, action: str, text: str | None = None,
                     step: int | None = None, via: str | None = None) -> str:
-    """Record a person's decision as a step (and a Decision row); returns the session's mode afterwards.
+    """`record_decision_in` in a transaction of its own, for a loop that runs in this process (the terminal)."""
+    with Session(engine) as s, s.begin():
+        return record_decision_in(s, session_id=session_id, actor=actor, action=action, text=text, step=step,
+                                  via=via)
+
+
+def record_decision_in(s: Session, *, session_id: str, actor: str, action: str, text: str | None = None,
+                       step: int | None = None, via: str | None = None) -> str:
+    """Record a person's decision as a step (and a Decision row) in the caller's transaction, so what the
+    decision sets going is queued in the same one; returns the session's mode afterwards.
 
     `handoff` hands a HITL session to Auto; `handback` (allowed any time Auto has the session) hands it back;
     `adopt` and `search` answer a finished Auto session. With `step`, the decision answers that step only: a
     click on a message whose step was already answered (or overtaken) is rejected, saying so. `via` says how it
     came (button, modal, thread, terminal), for what people see.
     """
-    with Session(engine) as s, s.begin():
-        record = sessions.get_session(s, session_id=session_id)
-        if record.status in ("cancelled", "failed"):
-            raise DecisionRejected(f"session {session_id} is {record.status}; nothing more can be decided")
-        steps = [StepRecord(st.kind, dict(st.outputs or {})) for st in sessions.get_steps(s, session_id=session_id)]
-        answers = answered_step(s, session_id=session_id, step=step)
-        if record.mode == "auto":
-            finished = record.status == "done"
-            allowed = ("handback", *AFTER_AUTO) if finished else ("handback",)
-            if action not in allowed:
-                raise DecisionRejected(f"session {session_id} is {'finished' if finished else 'running'} in Auto; "
-                                       f"decisions allowed now: {', '.join(allowed)}")
-            if action == "handback":
-                record.mode = "hitl"
-        else:
-            awaited = waiting_for(steps)
-            allowed = ALLOWED.get(awaited or "", ())
-            if action not in allowed:
-                state = "busy" if awaited is None else awaited.replace("await_", "awaiting ")
-                choices = ", ".join(allowed) or "none (the agents are working)"
-                raise DecisionRejected(f"session {session_id} is {state}; decisions allowed now: {choices}")
-            if action == "redirect" and not (text or "").strip():
-                raise DecisionRejected("a redirect needs text saying what to do instead")
-            if action == "handoff":
-                record.mode = "auto"
-        record.updated_at = now()
-        s.add(record)
-        outputs = {"action": action, "text": text, "actor": actor, "answers": answers, "via": via}
-        decision_step = sessions.add_step(s, session_id=session_id, kind="decision", outputs=outputs)
-        s.add(Decision(session_id=session_id, step_id=decision_step.id, actor=actor, action=action, text=text))
-        sessions.add_event(s, session_id=session_id, kind="decision", payload=outputs)
-        return record.mode
+    record = sessions.get_session(s, session_id=session_id)
+    if record.status in ("cancelled", "failed"):
+        raise DecisionRejected(f"session {session_id} is {record.status}; nothing more can be decided")
+    steps = [StepRecord(st.kind, dict(st.outputs or {})) for st in sessions.get_steps(s, session_id=session_id)]
+    answers = answered_step(s, session_id=session_id, step=step)
+    if record.mode == "auto":
+        finished = record.status == "done"
+        allowed = ("handback", *AFTER_AUTO) if finished else ("handback",)
+        if action not in allowed:
+            raise DecisionRejected(f"session {session_id} is {'finished' if finished else 'running'} in Auto; "
+                                   f"decisions allowed now: {', '.join(allowed)}")
+        if action == "handback":
+            record.mode = "hitl"
+    else:
+        awaited = waiting_for(steps)
+        allowed = ALLOWED.get(awaited or "", ())
+        if action not in allowed:
+            state = "busy" if awaited is None else awaited.replace("await_", "awaiting ")
+            choices = ", ".join(allowed) or "none (the agents are working)"
+            raise DecisionRejected(f"session {session_id} is {state}; decisions allowed now: {choices}")
+        if action == "redirect" and not (text or "").strip():
+            raise DecisionRejected("a redirect needs text saying what to do instead")
+        if action == "handoff":
+            record.mode = "auto"
+    record.updated_at = now()
+    s.add(record)
+    outputs = {"action": action, "text": text, "actor": actor, "answers": answers, "via": via}
+    decision_step = sessions.add_step(s, session_id=session_id, kind="decision", outputs=outputs)
+    s.add(Decision(session_id=session_id, step_id=decision_step.id, actor=actor, action=action, text=text))
+    sessions.add_event(s, session_id=session_id, kind="decision", payload=outputs)
+    return record.mode

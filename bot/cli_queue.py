@@ -84,6 +84,10 @@ def runner_command(
                               concurrency=concurrency, kinds=tuple(kind or ()), lease_seconds=lease_seconds,
                               exit_when_idle=exit_when_idle, grace_seconds=grace_seconds)
         daemon = RunnerDaemon(engine=engine, settings=settings, config=config, hardware=describe_host())
+        from agents.commands import recover_stranded
+
+        for session_id in recover_stranded(engine):  # sessions a crash left without their job
+            console.print(f"session {session_id} had work to do and no live job: queued it again")
         install_signal_handlers(daemon)
         code = daemon.run()
         if daemon.abandoned:

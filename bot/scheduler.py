@@ -231,6 +231,9 @@ def fire_schedule(engine: Engine, *, schedule_id: int, fire_at: float) -> str | 
 
 
 # -- the scheduler ----------------------------------------------------------------------------------------------
+RECOVER_SECONDS = 60.0  # how often serve looks for sessions left without their job
+
+
 @dataclass
 class KernelScheduler:
     settings: Settings
@@ -251,6 +254,18 @@ class KernelScheduler:
         self._add_digests()
         self.scheduler.add_job(self.sync, "interval", seconds=self.sync_seconds, id="sync-schedules",
                                next_run_time=datetime.now(UTC))
+        self.scheduler.add_job(self.recover, "interval", seconds=RECOVER_SECONDS, id="recover-sessions",
+                               next_run_time=datetime.now(UTC))
+
+    def recover(self) -> None:
+        """Sessions left with work and no live job (a crash, a lost job) get their job back."""
+        from agents.commands import recover_stranded
+
+        try:
+            for session_id in recover_stranded(self.engine):
+                log.warning("session %s had work to do and no live job; queued it again", session_id)
+        except Exception:  # noqa: BLE001 - a sweep that fails now runs again at its next interval
+            log.exception("recovering stranded sessions failed")
 
     def stop(self) -> None:
         if self.scheduler.running:

@@ -276,7 +276,7 @@ def test_a_bad_digest_cron_is_logged_and_the_schedules_still_run(tmp_path: Path,
             jobs = [job.id for job in scheduler.scheduler.get_jobs()]
         finally:
             scheduler.stop()
-        assert jobs == ["sync-schedules"]
+        assert jobs == ["sync-schedules", "recover-sessions"]
         assert "KERNELBOT_DIGEST_CRON `0 25 * * *`: the hour field `25` is not valid" in caplog.text
         engine.dispose()
 
