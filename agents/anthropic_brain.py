@@ -20,7 +20,17 @@ from typing import Any
 
 import anthropic
 
-from agents.brain import AnswerError, BrainError, BrainReply, BrainRequest, Budget, BudgetExceeded, Tool, Usage
+from agents.brain import (
+    AnswerError,
+    AnswerForm,
+    BrainError,
+    BrainReply,
+    BrainRequest,
+    Budget,
+    BudgetExceeded,
+    Tool,
+    Usage,
+)
 
 log = logging.getLogger("kernelbot.brain")
 
@@ -35,6 +45,7 @@ PRICES_PER_MTOK: dict[str, tuple[float, float]] = {
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 COUNT_FIRST_CHARS = 200_000  # requests larger than this are counted before they are sent
 MAX_CONTINUATIONS = 1  # an answer cut off at max_tokens is continued this many times, then refused
+MAX_TOKENS_CAP = 32_000  # a structured answer cut off is asked again with twice the room, up to this
 CONTINUE = ("Your answer was cut off by the length limit. Continue exactly where it stopped, without repeating "
             "anything, and finish it.")
 
@@ -124,20 +135,35 @@ class AnthropicBrain:
         self.budget.check()
         system = [{"type": "text", "text": f"{SYSTEM_PREAMBLE}\nRole: {request.role}."},
                   {"type": "text", "text": request.context, "cache_control": {"type": "ephemeral"}}]
-        tools = _tool_params(request.tools)
+        form = request.answer
+        tools = _tool_params(request.tools, form)
         by_name = {t.name: t for t in request.tools}
         messages: list[dict[str, Any]] = [{"role": "user", "content": request.prompt}]
+        max_tokens = request.max_tokens
         if len(request.context) + len(request.prompt) > COUNT_FIRST_CHARS:
             self._afford(system=system, messages=messages, tools=tools, max_tokens=request.max_tokens)
         total, calls, text, continued = Usage(), [], "", 0
         for _ in range(self.max_tool_rounds + 1):
-            response = self._create(system=system, messages=messages, tools=tools, max_tokens=request.max_tokens)
+            response = self._create(system=system, messages=messages, tools=tools, max_tokens=max_tokens,
+                                    **({"tool_choice": {"type": "any"}} if form else {}))
             usage = usage_of(response, self.model, self.prices)
             total.add(usage)
             self.budget.charge(usage)  # charged before anything is made of the answer
             said = "".join(block.text for block in response.content if block.type == "text")
             if response.stop_reason == "refusal":
                 raise AnswerError(f"the model declined to answer the {request.role}'s request (refusal)")
+            answered = next((b for b in response.content if b.type == "tool_use" and form and b.name == form.name),
+                            None)
+            if answered is not None and response.stop_reason != "max_tokens":
+                return BrainReply(text=text + said, usage=total, tool_calls=tuple(calls), answer=dict(answered.input))
+            if response.stop_reason == "max_tokens" and form is not None:
+                # A structured answer cannot be continued: ask again with room for it, once.
+                if continued >= MAX_CONTINUATIONS:
+                    raise AnswerError(f"the {request.role}'s answer was cut off at max_tokens ({max_tokens}) "
+                                      f"{continued + 1} times")
+                continued += 1
+                max_tokens = min(2 * max_tokens, MAX_TOKENS_CAP)
+                continue
             if response.stop_reason == "max_tokens":
                 if continued >= MAX_CONTINUATIONS:
                     raise AnswerError(f"the {request.role}'s answer was cut off at max_tokens "
@@ -215,9 +241,11 @@ class AnthropicBrain:
         return asked
 
 
-def _tool_params(tools: Sequence[Tool]) -> list[dict[str, Any]]:
+def _tool_params(tools: Sequence[Tool], form: AnswerForm | None = None) -> list[dict[str, Any]]:
     params: list[dict[str, Any]] = [{"name": t.name, "description": t.description, "input_schema": t.input_schema}
                                     for t in tools]
+    if form is not None:
+        params.append({"name": form.name, "description": form.description, "input_schema": form.schema})
     if params:
         params[-1]["cache_control"] = {"type": "ephemeral"}  # tools are part of the cached prefix
     return params

@@ -23,12 +23,23 @@ class Tool:
 
 
 @dataclass(frozen=True)
+class AnswerForm:
+    """The structure an answer must have: a brain that calls tools gives it as the input of this tool (a JSON
+    schema it validates against); one that only writes text gives the text, parsed by the role."""
+
+    name: str  # e.g. submit_plan
+    description: str
+    schema: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class BrainRequest:
     role: str  # planner | implementer | debugger | analyst
     context: str  # long and stable across a session (task, reference, hardware facts, Pallas rules): cached
     prompt: str  # this turn's question
     tools: Sequence[Tool] = ()
     max_tokens: int = 4096
+    answer: AnswerForm | None = None  # ask for the answer in this form
 
 
 @dataclass
@@ -54,6 +65,7 @@ class BrainReply:
     text: str
     usage: Usage
     tool_calls: tuple[str, ...] = ()  # names of the tools called while answering, in order
+    answer: dict[str, Any] | None = None  # the answer in the form asked for, when the brain gave it so
 
 
 class BudgetExceeded(Exception):

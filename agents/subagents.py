@@ -9,10 +9,10 @@ kernel's TUNABLE space (agents.search, strategy `tune`); neither is here.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
-from agents.brain import AnswerError, Brain, BrainRequest, Tool
+from agents.brain import AnswerError, AnswerForm, Brain, BrainReply, BrainRequest, Tool
 from tpu_runner.result import EvalError
 
 PLAN_SECTIONS = ("analysis", "strategy", "tiling and memory", "pipelining", "expected impact", "risks")
@@ -76,10 +76,72 @@ def extract_code(text: str) -> str:
     blocks = code_blocks(text)
     if not blocks:
         raise AgentAnswerError("the answer has no ```python code block with the candidate module")
-    code = blocks[-1].strip() + "\n"
+    return _entry_point_checked(blocks[-1].strip() + "\n")
+
+
+def _entry_point_checked(code: str) -> str:
     if "def computation" not in code:
-        raise AgentAnswerError("the code block does not define `computation`")
+        raise AgentAnswerError("the code does not define `computation`")
     return code
+
+
+# The answer forms: a brain that calls tools answers through these (validated, and re-asked once with what was
+# wrong); a text-only brain (offline, scripted) answers in text, parsed the same way as before.
+PLAN_FORM = AnswerForm(
+    name="submit_plan", description="Give the plan, one field per section.",
+    schema={"type": "object", "additionalProperties": False, "required": list(PLAN_SECTIONS),
+            "properties": {s: {"type": "string", "minLength": 1} for s in PLAN_SECTIONS}})
+KERNEL_FORM = AnswerForm(
+    name="submit_kernel", description="Give the complete candidate module (Python source, no fences).",
+    schema={"type": "object", "additionalProperties": False, "required": ["code"],
+            "properties": {"code": {"type": "string", "minLength": 1}}})
+ANALYSIS_FORM = AnswerForm(
+    name="submit_analysis", description="Say where the time goes and the single most promising next change.",
+    schema={"type": "object", "additionalProperties": False, "required": ["where_time_goes", "next_change"],
+            "properties": {"where_time_goes": {"type": "string", "minLength": 1},
+                           "next_change": {"type": "string", "minLength": 1}}})
+
+
+def _plan_answer(reply: BrainReply) -> Plan:
+    if reply.answer is None:
+        return parse_plan(reply.text)
+    sections = {name: str(reply.answer.get(name) or "").strip() for name in PLAN_SECTIONS}
+    missing = [name for name, text in sections.items() if not text]
+    if missing:
+        raise AgentAnswerError(f"the plan's fields {missing} are empty; every one of {list(PLAN_SECTIONS)} needs text")
+    return Plan(sections)
+
+
+def _kernel_answer(reply: BrainReply) -> str:
+    if reply.answer is None:
+        return extract_code(reply.text)
+    code = str(reply.answer.get("code") or "")
+    blocks = code_blocks(code)  # fences inside the field are forgiven
+    return _entry_point_checked((blocks[-1] if blocks else code).strip() + "\n")
+
+
+def _analysis_answer(reply: BrainReply) -> str:
+    if reply.answer is None:
+        if not reply.text.strip():
+            raise AgentAnswerError("the analysis is empty")
+        return reply.text.strip()
+    where, change = (str(reply.answer.get(k) or "").strip() for k in ("where_time_goes", "next_change"))
+    if not where or not change:
+        raise AgentAnswerError("the analysis needs both where the time goes and the next change")
+    return f"{where} Next: {change}"
+
+
+def _ask[T](brain: Brain, request: BrainRequest, read: Callable[[BrainReply], T]) -> T:
+    """Ask, and read the answer; an answer that does not validate is asked again once, with what was wrong."""
+    reply = brain.ask(request)
+    try:
+        return read(reply)
+    except AgentAnswerError as exc:
+        if request.answer is None or reply.answer is None:  # a text-only brain would answer the same again
+            raise
+        again = replace(request, prompt=f"{request.prompt}\n\nYour previous answer could not be used: {exc}. "
+                                        f"Answer again with {request.answer.name}.")
+        return read(brain.ask(again))
 
 
 def plan(brain: Brain, ctx: TaskContext, *, previous: str | None = None, redirect: str | None = None,
@@ -98,16 +160,15 @@ def plan(brain: Brain, ctx: TaskContext, *, previous: str | None = None, redirec
         prompt += f"\n\nThe previous candidate and what the evaluator said:\n{previous}\nRevise the plan to do better."
     if redirect:
         prompt += f"\n\nA teammate redirected the work: {redirect}\nFollow it."
-    reply = brain.ask(BrainRequest(role="planner", context=ctx.render(), prompt=prompt, tools=tools))
-    return parse_plan(reply.text)
+    return _ask(brain, BrainRequest(role="planner", context=ctx.render(), prompt=prompt, tools=tools,
+                                    answer=PLAN_FORM), _plan_answer)
 
 
 def implement(brain: Brain, ctx: TaskContext, approved: Plan, *, tools: Sequence[Tool] = ()) -> str:
     prompt = ("Implement this approved plan as a complete candidate module in one ```python block.\n\n"
               + approved.render())
-    reply = brain.ask(BrainRequest(role="implementer", context=ctx.render(), prompt=prompt, tools=tools,
-                                   max_tokens=8192))
-    return extract_code(reply.text)
+    return _ask(brain, BrainRequest(role="implementer", context=ctx.render(), prompt=prompt, tools=tools,
+                                    max_tokens=8192, answer=KERNEL_FORM), _kernel_answer)
 
 
 @dataclass(frozen=True)
@@ -126,19 +187,16 @@ def self_debug(brain: Brain, ctx: TaskContext, code: str, error: EvalError, hist
               f"{error.detail[:3000]}\n\n```python\n{code}```\n"
               + (f"\nEarlier attempts that failed:{earlier}\n" if earlier else "")
               + "\nFix it. Answer with the complete corrected module in one ```python block.")
-    reply = brain.ask(BrainRequest(role="debugger", context=ctx.render(), prompt=prompt, tools=tools,
-                                   max_tokens=8192))
-    return extract_code(reply.text)
+    return _ask(brain, BrainRequest(role="debugger", context=ctx.render(), prompt=prompt, tools=tools,
+                                    max_tokens=8192, answer=KERNEL_FORM), _kernel_answer)
 
 
 def analyse_profile(brain: Brain, ctx: TaskContext, profile_summary: str) -> str:
     """Where the time goes and what to try next, from the evaluation's profile summary."""
     prompt = ("Here is the evaluator's profile of the current candidate. Say in a few sentences where the time "
               f"goes (compute vs HBM, grid, VMEM) and the single most promising next change.\n\n{profile_summary}")
-    reply = brain.ask(BrainRequest(role="analyst", context=ctx.render(), prompt=prompt))
-    if not reply.text.strip():
-        raise AgentAnswerError("the analysis is empty")
-    return reply.text.strip()
+    return _ask(brain, BrainRequest(role="analyst", context=ctx.render(), prompt=prompt, answer=ANALYSIS_FORM),
+                _analysis_answer)
 
 
 def apply_strategy(brain: Brain, ctx: TaskContext, code: str, *, title: str, advice: str, evaluation: str,
@@ -148,6 +206,5 @@ def apply_strategy(brain: Brain, ctx: TaskContext, code: str, *, title: str, adv
               f"Apply this optimisation strategy to it - {title}: {advice}\n"
               "Change what the strategy needs and keep the rest. If the kernel declares a TUNABLE dict, keep it "
               "accurate. Answer with the complete module in one ```python block.")
-    reply = brain.ask(BrainRequest(role="implementer", context=ctx.render(), prompt=prompt, tools=tools,
-                                   max_tokens=8192))
-    return extract_code(reply.text)
+    return _ask(brain, BrainRequest(role="implementer", context=ctx.render(), prompt=prompt, tools=tools,
+                                    max_tokens=8192, answer=KERNEL_FORM), _kernel_answer)
