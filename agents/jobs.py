@@ -5,7 +5,6 @@ runner's one registry."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine
@@ -18,14 +17,14 @@ from agents.brains import BrainUnavailable, make_brain
 from agents.commands import advance_job
 from agents.hitl import HitlMachine
 from agents.runtime import build_loop
+from agents.session_task import session_task
 from storage import sessions
 from storage.database import open_database
 from storage.models import KernelSession, SessionEvent
 from tpu_runner.hardware import get_chip
 from tpu_runner.jobs import JobContext, JobOutcome, JobRejected, job_kind
-from tpu_runner.reference_check import files_digest, write_task
 from tpu_runner.reference_data import production_configurations
-from tpu_runner.tasks import Task, TaskError, load_task
+from tpu_runner.tasks import Task, TaskError
 
 _engines: dict[str, Engine] = {}
 
@@ -42,12 +41,9 @@ def _advance(ctx: JobContext, payload: dict[str, Any], machine: type[AutoLoop]) 
     session_id = str(payload["session_id"])
     with Session(engine) as s:
         record = sessions.get_session(s, session_id=session_id)
-        task_dir, target, budget, task_name = record.task_dir, record.target, dict(record.budget or {}), record.task
+        target, budget = record.target, dict(record.budget or {})
     try:
-        files = budget.get("task_files")
-        if files and not (task_dir and Path(task_dir).is_dir()):  # pasted on another host: the files travel along
-            task_dir = str(write_task(files, ctx.settings.home / "tasks" / f"{task_name}-{files_digest(files)}"))
-        task = load_task(task_dir or "")
+        task = session_task(record, ctx.settings.home)
         # The session's spend so far travels in its steps, so a cap holds across jobs, runners and crashes.
         brain = make_brain(budget.get("brain") or "anthropic", ctx.settings,
                            Budget(max_cost_usd=budget.get("max_cost_usd"), max_tokens=budget.get("max_tokens"),
@@ -110,7 +106,7 @@ def search_node_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
         budget = dict(record.budget or {})
         return make_brain(budget.get("brain") or "anthropic", ctx.settings,
                           Budget(max_cost_usd=budget.get("max_cost_usd"), max_tokens=budget.get("max_tokens")),
-                          task=load_task(record.task_dir or ""), chip=get_chip(record.target))
+                          task=session_task(record, ctx.settings.home), chip=get_chip(record.target))
 
     runner = NodeRunner(engine=_engine(ctx), settings=ctx.settings, make_brain=brain_for, spares=ctx.spares,
                         runner_id=ctx.runner_id)

@@ -24,6 +24,7 @@ from agents import strategies, subagents, tunable
 from agents.brain import Brain, BrainError, BudgetExceeded
 from agents.context import task_context
 from agents.search_decide import ROOT_STRATEGY, Graph, Node, SearchConfig, next_expansions
+from agents.session_task import carried_files, session_task
 from storage import queue, sessions
 from storage.models import Candidate, Evaluation, Job, KernelSession
 from storage.settings import Settings
@@ -94,7 +95,8 @@ def _params_of(code: str) -> dict[str, Any] | None:
 def start_search(s: Session, *, task: Task, target: str, config: SearchConfig, seed_code: str | None,
                  brain: str | None, owner: str | None = None, slack_channel: str | None = None,
                  slack_thread_ts: str | None = None) -> str:
-    """Record a search session with its seed candidate and enqueue the first jobs; returns the session id."""
+    """Record a search session with its seed candidate and enqueue the first jobs; returns the session id. The
+    session carries its task's files, so a runner on any host can run it."""
     if seed_code is None and brain is None:
         raise SearchError("a search needs a seed kernel (--seed FILE) or a brain to write one (--brain)")
     if seed_code is not None:
@@ -108,7 +110,8 @@ def start_search(s: Session, *, task: Task, target: str, config: SearchConfig, s
             raise SearchError("without a brain the search can only move tunable parameters, and the seed kernel "
                               "declares no TUNABLE space; add one (see agents/tunable.py) or use --brain")
     record = sessions.create_session(s, mode="search", task=task.task_id, target=target, owner=owner,
-                                     task_dir=str(task.path), budget={"search": config.to_json(), "brain": brain},
+                                     task_dir=str(task.path), budget={"search": config.to_json(), "brain": brain,
+                                                                      "task_files": carried_files(task)},
                                      slack_channel=slack_channel, slack_thread_ts=slack_thread_ts)
     sessions.add_event(s, session_id=record.id, kind="session_started",
                        payload={"mode": "search", "task": task.task_id, "target": target, "owner": owner,
@@ -190,7 +193,7 @@ def top_up(s: Session, session_id: str, *, task: Task | None = None) -> list[int
     record = _lock(s, session_id)
     if record.status != "active":
         return []
-    task = task or load_task(record.task_dir or "")
+    task = task or load_task(record.task_dir or "")  # the node job passes the task it found or wrote
     budget = dict(record.budget or {})
     config = SearchConfig(**budget["search"])
     graph, candidates, _ = load_graph(s, session_id)
@@ -290,7 +293,7 @@ class NodeRunner:
             done = s.exec(select(Evaluation).where(Evaluation.candidate_id == candidate_id)).first() is not None
             settled = done or candidate.duplicate_of is not None or bool((candidate.meta or {}).get("error"))
             session_id, status, code = record.id, record.status, candidate.code
-            task, target = load_task(record.task_dir or ""), record.target
+            task, target = session_task(record, self.settings.home), record.target
         outcome: dict[str, Any] = {"candidate_id": candidate_id}
         if not settled and status == "active":
             try:

@@ -3,6 +3,7 @@ the real Anthropic SDK against the fake Messages API."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -141,3 +142,26 @@ def test_an_llm_search_repairs_a_broken_root_through_the_self_debugger(tmp_path:
     assert result.best_candidate_id == rows[1].id and result.improved
     debug_prompt = fake.requests[2]["body"]["messages"][0]["content"]
     assert "block_shape" in debug_prompt  # the evaluator's structured error reached the self-debugger
+
+
+@pytest.mark.slow
+def test_a_search_on_a_task_this_host_never_had_runs_from_the_files_it_carries(tmp_path: Path) -> None:
+    """A task pasted in Slack lives on the host that checked it; a runner elsewhere gets it from the session."""
+    pasted = tmp_path / "pasted" / "softmax"
+    shutil.copytree(TASKS / "softmax", pasted, ignore=shutil.ignore_patterns("solutions"))
+    settings = load_settings({"KERNELBOT_HOME": str(tmp_path / "home"),
+                              "KERNELBOT_DATABASE_URL": f"sqlite:///{tmp_path / 'kb.db'}"})
+    engine = open_database(settings)
+    with Session(engine) as s, s.begin():
+        session_id = start_search(s, task=load_task(pasted), target="v6e", config=SearchConfig("tune", budget=1,
+                                                                                               width=1),
+                                  seed_code=GOOD, brain=None)
+    shutil.rmtree(tmp_path / "pasted")  # the runner's host: no such directory
+    status = run_until_settled(engine, settings, session_id, kinds=(NODE_JOB,), workers=1, poll_seconds=0.3)
+    assert status == "done"
+    with Session(engine) as s:
+        result = outcome(s, session_id)
+    assert result.evaluations == 1 and result.verdict == "ok"
+    written = list((tmp_path / "home" / "tasks").glob("softmax-*"))
+    assert len(written) == 1
+    assert (written[0] / "reference.py").read_text() == (TASKS / "softmax/reference.py").read_text()
