@@ -1,7 +1,6 @@
-"""Agent job kinds for the runners: advance an Auto or a HITL session as far as it can go without people.
-
-Imported by `kernelbot runner` (which lives above agents in the layering), registering the kinds with the
-runner's one registry."""
+"""Agent job kinds for the runners: advance an Auto or a HITL session as far as it can go without people, and
+one node of a search. `AGENT_KINDS`; a process that runs them composes them with the others where it starts
+(`runner_kinds`)."""
 
 from __future__ import annotations
 
@@ -22,11 +21,17 @@ from storage import sessions
 from storage.database import open_database
 from storage.models import KernelSession, SessionEvent
 from tpu_runner.hardware import get_chip
-from tpu_runner.jobs import JobContext, JobOutcome, JobRejected, job_kind
+from tpu_runner.jobs import EVALUATION_KINDS, JobContext, JobKinds, JobOutcome, JobRejected, compose, load_job_modules
 from tpu_runner.reference_data import production_configurations
 from tpu_runner.tasks import Task, TaskError
 
 _engines: dict[str, Engine] = {}
+AGENT_KINDS = JobKinds()
+
+
+def runner_kinds(extra_modules: tuple[str, ...] = ()) -> JobKinds:
+    """Everything a kernelbot runner serves: the evaluator's kinds, the agents', and a deployment's own."""
+    return compose(EVALUATION_KINDS, AGENT_KINDS, load_job_modules(extra_modules))
 
 
 def _engine(ctx: JobContext) -> Engine:
@@ -87,17 +92,17 @@ def _describe_task(engine: Engine, session_id: str, task: Task, ctx: JobContext)
         sessions.add_event(s, session_id=session_id, kind="task_described", payload={"shapes": shapes})
 
 
-@job_kind("auto_session")
+@AGENT_KINDS.kind("auto_session")
 def auto_session_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
     return _advance(ctx, payload, AutoLoop)
 
 
-@job_kind("hitl_advance")
+@AGENT_KINDS.kind("hitl_advance")
 def hitl_advance_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
     return _advance(ctx, payload, HitlMachine)
 
 
-@job_kind("search_node")
+@AGENT_KINDS.kind("search_node")
 def search_node_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
     """Generate (when a brain must), evaluate and record one candidate of a search, then top the search up."""
     from agents.search import NodeRunner

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from sqlalchemy import Engine
 from sqlmodel import Session
 
-import agents.jobs  # noqa: F401 - registers the agent job kinds with the runner's registry
+from agents.jobs import runner_kinds
 from storage import sessions
 from storage.settings import Settings
 from tpu_runner.daemon import RunnerConfig, RunnerDaemon, describe_host
@@ -24,6 +24,7 @@ def run_until_settled(engine: Engine, settings: Settings, session_id: str, *, ki
     with Session(engine) as s:
         target = sessions.get_session(s, session_id=session_id).target
     daemon = RunnerDaemon(engine=engine, settings=settings, hardware=describe_host(),
+                          job_kinds=runner_kinds(settings.job_modules),
                           config=RunnerConfig(name=f"local-{session_id}", targets=(target,), concurrency=workers,
                                               kinds=kinds, poll_seconds=0.2, grace_seconds=5.0,
                                               lease_seconds=10.0))  # a crashed local run resumes soon

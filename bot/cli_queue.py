@@ -66,25 +66,25 @@ def runner_command(
         import logging
         import socket
 
-        import agents.jobs  # noqa: F401  (registers the agent job kinds: auto_session, hitl_advance)
+        from agents.commands import recover_stranded
+        from agents.jobs import runner_kinds
         from storage.database import open_database
         from storage.logs import configure_logging
         from tpu_runner.daemon import RunnerConfig, RunnerDaemon, describe_host, install_signal_handlers
         from tpu_runner.evaluate import detect_host
-        from tpu_runner.jobs import load_job_modules
 
         settings = get_settings()
         if detect_host() == "cpu":
             os.environ.setdefault("JAX_PLATFORMS", "cpu")
         targets = tuple(get_chip(t).name for t in (target or list(CHIPS)))
-        load_job_modules(settings.job_modules)
+        job_kinds = runner_kinds(settings.job_modules)  # what this runner serves, composed here
         configure_logging(settings, default_level="info")
         engine = open_database(settings)
         config = RunnerConfig(name=name or f"{socket.gethostname()}-{os.getpid()}", targets=targets,
                               concurrency=concurrency, kinds=tuple(kind or ()), lease_seconds=lease_seconds,
                               exit_when_idle=exit_when_idle, grace_seconds=grace_seconds)
-        daemon = RunnerDaemon(engine=engine, settings=settings, config=config, hardware=describe_host())
-        from agents.commands import recover_stranded
+        daemon = RunnerDaemon(engine=engine, settings=settings, config=config, hardware=describe_host(),
+                              job_kinds=job_kinds)
 
         for session_id in recover_stranded(engine):  # sessions a crash left without their job
             console.print(f"session {session_id} had work to do and no live job: queued it again")

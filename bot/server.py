@@ -119,13 +119,12 @@ class Server:
         self.notifier = None
 
     def _start_runner(self) -> None:
-        import agents.jobs  # noqa: F401 - registers the agent job kinds with the runner's registry
+        from agents.jobs import runner_kinds
         from tpu_runner.daemon import RunnerConfig, RunnerDaemon, describe_host
         from tpu_runner.hardware import CHIPS
-        from tpu_runner.jobs import load_job_modules
 
-        load_job_modules(list(self.settings.job_modules))
         self._runner = RunnerDaemon(engine=self.engine, settings=self.settings, hardware=describe_host(),
+                                    job_kinds=runner_kinds(self.settings.job_modules),
                                     config=RunnerConfig(name="serve-embedded", targets=tuple(CHIPS),
                                                         concurrency=self.options.runner_concurrency))
         self._spawn(self._runner.run, "runner")

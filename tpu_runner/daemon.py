@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 import traceback
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,7 @@ from storage.models import SessionEvent
 from storage.runners import deregister_runner, heartbeat_runner, register_runner
 from storage.sessions import set_session_status
 from storage.settings import Settings
-from tpu_runner.jobs import JOB_KINDS, JobContext, JobRejected
+from tpu_runner.jobs import EVALUATION_KINDS, JobContext, JobHandler, JobRejected
 from tpu_runner.sandbox import kill_running_children
 from tpu_runner.spares import SparePool
 
@@ -67,6 +68,8 @@ class RunnerDaemon:
     settings: Settings
     config: RunnerConfig
     hardware: dict[str, Any] = field(default_factory=dict)
+    # The kinds this process serves, composed where it starts (default: the evaluator's own).
+    job_kinds: Mapping[str, JobHandler] = field(default_factory=lambda: dict(EVALUATION_KINDS))
     runner_id: str = ""
     stopping: threading.Event = field(default_factory=threading.Event)
     wake: threading.Event = field(default_factory=threading.Event)  # a job finished or a stop was asked for
@@ -74,7 +77,7 @@ class RunnerDaemon:
     abandoned: int = 0  # jobs given back while their threads still ran
 
     def kinds(self) -> list[str]:
-        return list(self.config.kinds) or sorted(JOB_KINDS)
+        return list(self.config.kinds) or sorted(self.job_kinds)
 
     def request_stop(self, *_: Any) -> None:
         if not self.stopping.is_set():
@@ -83,9 +86,9 @@ class RunnerDaemon:
         self.wake.set()
 
     def run(self) -> int:
-        unknown = sorted(set(self.config.kinds) - set(JOB_KINDS))
+        unknown = sorted(set(self.config.kinds) - set(self.job_kinds))
         if unknown:
-            raise ValueError(f"unknown job kinds {unknown}; registered: {sorted(JOB_KINDS)}")
+            raise ValueError(f"unknown job kinds {unknown}; this runner serves: {sorted(self.job_kinds)}")
         with Session(self.engine) as s, s.begin():
             runner = register_runner(s, name=self.config.name, host=socket.gethostname(), pid=os.getpid(),
                                      hardware=self.hardware, targets=list(self.config.targets), kinds=self.kinds(),
@@ -159,7 +162,7 @@ class RunnerDaemon:
             self.wake.set()  # a slot is free: claim the next job now rather than at the next poll
 
     def _run_handler(self, lease: queue.Lease, spares: SparePool) -> None:
-        handler = JOB_KINDS[lease.kind]
+        handler = self.job_kinds[lease.kind]
         ctx = JobContext(settings=self.settings, runner_id=self.runner_id, job_id=lease.job_id, spares=spares)
         try:
             outcome = handler(ctx, lease.payload)

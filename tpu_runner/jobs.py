@@ -1,11 +1,13 @@
-"""Job kinds, registered in one place. Later issues add agent kinds (auto_session, search_expand, ...) with
-`@job_kind`; deployments can add their own with KERNELBOT_JOB_MODULES (modules imported at runner start)."""
+"""Job kinds: what a runner can do, as named handlers. Each package keeps its kinds in a `JobKinds` of its own
+(`EVALUATION_KINDS` here, `agents.jobs.AGENT_KINDS`); a process that runs jobs composes the ones it serves where
+it starts (`compose`), and deployments add theirs with KERNELBOT_JOB_MODULES (modules whose `JOB_KINDS` is a
+`JobKinds`). Nothing registers itself by being imported."""
 
 from __future__ import annotations
 
 import importlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,25 +48,49 @@ class JobOutcome:
 
 
 JobHandler = Callable[[JobContext, dict[str, Any]], JobOutcome]
-JOB_KINDS: dict[str, JobHandler] = {}
 
 
-def job_kind(name: str) -> Callable[[JobHandler], JobHandler]:
-    def register(handler: JobHandler) -> JobHandler:
-        if name in JOB_KINDS and JOB_KINDS[name] is not handler:
-            raise ValueError(f"job kind {name!r} is registered twice")
-        JOB_KINDS[name] = handler
-        return handler
+class JobKinds(dict[str, JobHandler]):
+    """Named job handlers; `@kinds.kind("name")` adds one."""
 
-    return register
+    def kind(self, name: str) -> Callable[[JobHandler], JobHandler]:
+        def add(handler: JobHandler) -> JobHandler:
+            if name in self and self[name] is not handler:
+                raise ValueError(f"job kind {name!r} is defined twice")
+            self[name] = handler
+            return handler
+
+        return add
 
 
-def load_job_modules(modules: list[str]) -> None:
+def compose(*parts: Mapping[str, JobHandler]) -> JobKinds:
+    """The kinds a process serves; a name defined by two parts is an error."""
+    out = JobKinds()
+    for part in parts:
+        for name, handler in part.items():
+            if name in out and out[name] is not handler:
+                raise ValueError(f"job kind {name!r} is defined twice")
+            out[name] = handler
+    return out
+
+
+def load_job_modules(modules: Sequence[str]) -> JobKinds:
+    """The kinds of the modules KERNELBOT_JOB_MODULES names (each defines `JOB_KINDS`, a JobKinds)."""
+    found: list[Mapping[str, JobHandler]] = []
     for module in modules:
         try:
-            importlib.import_module(module)
+            loaded = importlib.import_module(module)
         except ImportError as exc:
             raise ValueError(f"KERNELBOT_JOB_MODULES names {module!r}, which cannot be imported: {exc}") from exc
+        kinds = getattr(loaded, "JOB_KINDS", None)
+        if not isinstance(kinds, Mapping):
+            raise ValueError(f"KERNELBOT_JOB_MODULES names {module!r}, which defines no JOB_KINDS (a JobKinds of "
+                             "its job handlers)")
+        found.append(kinds)
+    return compose(*found)
+
+
+EVALUATION_KINDS = JobKinds()  # this package's own: evaluate, noop
 
 
 def evaluation_record(result: Any, runner_id: str | None = None, candidate_id: int | None = None) -> Evaluation:
@@ -77,7 +103,7 @@ def evaluation_record(result: Any, runner_id: str | None = None, candidate_id: i
                       candidate_id=candidate_id)
 
 
-@job_kind("evaluate")
+@EVALUATION_KINDS.kind("evaluate")
 def evaluate_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
     """payload: task_dir, kernel_path, target, allow_pure_jax."""
     from tpu_runner.evaluate import EvalRequest, KernelFileError, evaluate
@@ -95,7 +121,7 @@ def evaluate_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
                       evaluations=[evaluation_record(result, ctx.runner_id)])
 
 
-@job_kind("noop")
+@EVALUATION_KINDS.kind("noop")
 def noop_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
     """Does nothing (for `seconds`): measures the queue itself."""
     time.sleep(float(payload.get("seconds", 0.0)))

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session, col, select
 
-import agents.jobs  # noqa: F401  (registers auto_session and hitl_advance)
 from agents.commands import decide, start_session
 from agents.hitl import DecisionRejected
+from agents.jobs import runner_kinds
 from agents.subagents import PLAN_SECTIONS
 from storage import sessions
 from storage.database import open_database
@@ -35,7 +35,7 @@ def test_hitl_session_through_the_queue_then_handed_to_auto(tmp_path: Path, monk
     def run_runner() -> None:
         config = RunnerConfig(name="agents", targets=("v6e",), exit_when_idle=True, poll_seconds=0.05,
                               kinds=("hitl_advance", "auto_session"))
-        assert RunnerDaemon(engine=engine, settings=settings, config=config).run() == 0
+        assert RunnerDaemon(engine=engine, settings=settings, config=config, job_kinds=runner_kinds()).run() == 0
 
     with fake_anthropic([{"text": PLAN}, {"text": CODE}, {"text": "HBM-bound"}, {"text": PLAN}, {"text": CODE},
                          {"text": "still HBM-bound"}]) as fake:
@@ -76,7 +76,7 @@ def test_a_session_whose_advance_job_fails_for_good_is_marked_failed(tmp_path: P
     shutil.rmtree(task_dir)  # the task went away before a runner took the job
     config = RunnerConfig(name="agents", targets=("v6e",), exit_when_idle=True, poll_seconds=0.05,
                           kinds=("hitl_advance",))
-    assert RunnerDaemon(engine=engine, settings=settings, config=config).run() == 0
+    assert RunnerDaemon(engine=engine, settings=settings, config=config, job_kinds=runner_kinds()).run() == 0
     with Session(engine) as s:
         assert sessions.get_session(s, session_id=sid).status == "failed"
         failed = s.exec(select(SessionEvent).where(SessionEvent.session_id == sid,

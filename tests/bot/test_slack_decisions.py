@@ -15,7 +15,7 @@ from slack_sdk import WebClient
 from sqlalchemy import Engine
 from sqlmodel import Session, select
 
-import agents.jobs  # noqa: F401  (registers the agent job kinds)
+from agents.jobs import runner_kinds
 from bot.notifier import Notifier
 from bot.slack_app import build_app
 from bot.slack_sender import ChannelPacer, SlackSender
@@ -122,7 +122,7 @@ def test_returning_to_hitl_gives_the_result_card_back(bot: Bot) -> None:
     # The session's queued Auto job finds it handed back and queues the HITL machine, which waits for a decision.
     config = RunnerConfig(name="t", targets=("v6e",), exit_when_idle=True, poll_seconds=0.05,
                           kinds=("hitl_advance", "auto_session"))
-    assert RunnerDaemon(engine=bot.engine, settings=bot.settings, config=config).run() == 0
+    assert RunnerDaemon(engine=bot.engine, settings=bot.settings, config=config, job_kinds=runner_kinds()).run() == 0
     with Session(bot.engine) as s:
         assert [(j.kind, j.status) for j in s.exec(select(Job).where(Job.session_id == sid))] == [
             ("auto_session", "done"), ("hitl_advance", "done")]

@@ -1,4 +1,4 @@
-"""Job kinds for the runner-fleet tests, loaded by runners through KERNELBOT_JOB_MODULES."""
+"""Job kinds for the runner-fleet tests, loaded by runners through KERNELBOT_JOB_MODULES (`JOB_KINDS`)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import time
 from typing import Any
 
 from storage.models import Evaluation
-from tpu_runner.jobs import JobContext, JobOutcome, job_kind
+from tpu_runner.jobs import JobContext, JobKinds, JobOutcome
+
+JOB_KINDS = JobKinds()
 
 
-@job_kind("fake_evaluate")
+@JOB_KINDS.kind("fake_evaluate")
 def fake_evaluate(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
     """Takes a little while and yields one evaluation, like `evaluate` without the compiler."""
     time.sleep(float(payload.get("seconds", 0.05)))
@@ -19,13 +21,13 @@ def fake_evaluate(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
         Evaluation(task="fake", target="v6e", verdict="ok", stage="done", runner_id=ctx.runner_id)])
 
 
-@job_kind("crash_runner")
+@JOB_KINDS.kind("crash_runner")
 def crash_runner(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
     """Kills the runner process that runs it, every time."""
     os.kill(os.getpid(), signal.SIGKILL)
     raise AssertionError("unreachable")
 
 
-@job_kind("always_raise")
+@JOB_KINDS.kind("always_raise")
 def always_raise(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
     raise RuntimeError("this job always fails")

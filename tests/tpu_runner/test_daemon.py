@@ -7,13 +7,14 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session, select
 
-import tests.support.job_kinds  # noqa: F401  (registers the test job kinds)
 from storage import queue
 from storage.engine import make_engine
 from storage.migrate import upgrade
 from storage.models import KernelSession, SessionEvent
 from storage.settings import load_settings
+from tests.support.job_kinds import JOB_KINDS as TEST_KINDS
 from tpu_runner.daemon import RunnerConfig, RunnerDaemon
+from tpu_runner.jobs import EVALUATION_KINDS, compose
 
 
 def _daemon(tmp_path: Path, **config: object) -> RunnerDaemon:
@@ -22,7 +23,8 @@ def _daemon(tmp_path: Path, **config: object) -> RunnerDaemon:
     settings = load_settings({"KERNELBOT_HOME": str(tmp_path)})
     options = {"name": "inproc", "targets": ("v6e",), "exit_when_idle": True, "poll_seconds": 0.05,
                "backoff_base": 0.01, **config}
-    return RunnerDaemon(engine=engine, settings=settings, config=RunnerConfig(**options))  # type: ignore[arg-type]
+    return RunnerDaemon(engine=engine, settings=settings, config=RunnerConfig(**options),  # type: ignore[arg-type]
+                        job_kinds=compose(EVALUATION_KINDS, TEST_KINDS))
 
 
 def test_session_jobs_become_session_events(tmp_path: Path) -> None:
