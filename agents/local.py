@@ -17,6 +17,10 @@ from storage.settings import Settings
 from tpu_runner.daemon import RunnerConfig, RunnerDaemon, describe_host
 
 
+class SessionStopped(RuntimeError):
+    """A session run here whose runner gave up on it; the message is the runner's reason."""
+
+
 def run_until_settled(engine: Engine, settings: Settings, session_id: str, *, kinds: tuple[str, ...],
                       workers: int, on_poll: Callable[[], None] | None = None, poll_seconds: float = 1.0) -> str:
     """Serve the session's jobs with an in-process runner until the session is no longer active; returns its

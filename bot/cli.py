@@ -36,6 +36,7 @@ def _friendly(exc: Exception) -> tuple[str, str] | None:
 
     from agents.brain import BrainError
     from agents.brains import BrainUnavailable
+    from agents.local import SessionStopped
     from bot.slack_app import SlackSettingsError
     from storage.migrate import SchemaNewer, SchemaOutdated
     from storage.queue import JobNotFound
@@ -58,6 +59,7 @@ def _friendly(exc: Exception) -> tuple[str, str] | None:
         (JobNotFound, "`kernelbot jobs` lists the jobs"),
         (LookupError, "check the id; the session may live in another KERNELBOT_HOME or database"),
         (BrainUnavailable, "see `kernelbot optimize --help`"),
+        (SessionStopped, "fix what the reason names, then `kernelbot optimize` again (`kernelbot jobs` shows the job)"),
         (SlackSettingsError, "set it in the environment (see the Slack app's settings pages)"),
         (PortUnavailable, "install the extra named above, then run the command again"),
         (ValueError, "check the command's options (`kernelbot COMMAND --help`) and the settings it names"),

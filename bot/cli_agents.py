@@ -25,13 +25,12 @@ def register(app: typer.Typer) -> None:
 
 def run_auto(task_dir: Path, *, brain: str | None, budget: int, target: str | None, quiet: bool,
              max_cost: float | None = None) -> dict[str, Any]:
-    """Run the Auto loop on a task to its end; the summary as JSON (also one `bench` entry)."""
-    from agents.auto import AutoLoop
-    from agents.auto_decide import AutoConfig
+    """Run an Auto session on a task to its end, the way Slack does (recorded, queued, run by a runner: here one
+    in this process); the summary as JSON (also one `bench` entry)."""
     from agents.brain import Budget
     from agents.brains import default_brain, make_brain
-    from agents.runtime import build_loop
-    from storage import sessions
+    from agents.commands import start_session
+    from agents.local import run_until_settled
     from storage.database import open_database
     from tpu_runner.hardware import get_chip
     from tpu_runner.tasks import load_task
@@ -39,41 +38,78 @@ def run_auto(task_dir: Path, *, brain: str | None, budget: int, target: str | No
     settings = get_settings()
     task_obj = load_task(task_dir)
     chip = get_chip(target or settings.default_target)
-    brain_obj = make_brain(brain or default_brain(settings), settings, Budget(max_cost_usd=max_cost), task=task_obj,
-                           chip=chip)
+    brain_name = brain or default_brain(settings)
+    # Built once here so that a brain that cannot work (no key, a bad key, a task it cannot read) says so in one
+    # line before any session exists; the runner's job builds its own.
+    make_brain(brain_name, settings, Budget(max_cost_usd=max_cost), task=task_obj, chip=chip)
     engine = open_database(settings)
-    with Session(engine) as s, s.begin():
-        session_id = sessions.create_session(s, mode="auto", task=task_obj.task_id, target=chip.name,
-                                             budget={"iterations": budget, "max_cost_usd": max_cost}).id
-    state: dict[str, Any] = {"evaluations": 0, "best": None}
+    session_id = start_session(engine, mode="auto", task=task_obj, target=chip.name, owner="terminal",
+                               budget={"iterations": budget, "max_cost_usd": max_cost, "brain": brain_name})
+    progress = _Progress(engine, session_id, quiet)
+    status = run_until_settled(engine, settings, session_id, kinds=("auto_session",), workers=1,
+                               on_poll=progress.show, poll_seconds=0.5)
+    progress.show()
+    return _auto_summary(engine, session_id, task_obj.task_id, chip.name, status)
 
-    def on_step(kind: str, outputs: dict[str, Any]) -> None:
+
+class _Progress:
+    """One line per step of the session, as its events arrive (what a Slack thread shows, for a terminal)."""
+
+    def __init__(self, engine: Any, session_id: str, quiet: bool):
+        self.engine, self.session_id, self.quiet = engine, session_id, quiet
+        self.seen, self.evaluations, self.best = 0, 0, None
+
+    def show(self) -> None:
+        from sqlmodel import col, select
+
+        from storage.models import SessionEvent
+
+        with Session(self.engine) as s:
+            events = s.exec(select(SessionEvent).where(SessionEvent.session_id == self.session_id,
+                                                       SessionEvent.kind == "step", col(SessionEvent.id) > self.seen)
+                            .order_by(col(SessionEvent.id))).all()
+        for event in events:
+            self.seen = event.id or self.seen
+            self._line(str(event.payload.get("kind")), dict(event.payload))
+
+    def _line(self, kind: str, payload: dict[str, Any]) -> None:
         if kind == "evaluate":
-            state["evaluations"] += 1
-            speedup = outputs.get("speedup")
-            if outputs.get("verdict") == "ok" and speedup and speedup > (state["best"] or {}).get("speedup", 1.0):
-                state["best"] = outputs
-        best = outcome_speedup(state["best"] or {}) or "none yet"
-        what = f"{kind}: {outputs.get('message', '')[:160]}" if kind == "evaluate" else kind
+            self.evaluations += 1
+            speedup = payload.get("speedup")
+            if payload.get("verdict") == "ok" and speedup and speedup > (self.best or {}).get("speedup", 1.0):
+                self.best = payload
+        best = outcome_speedup(self.best or {}) or "none yet"
+        what = f"{kind}: {str(payload.get('message', ''))[:160]}" if kind == "evaluate" else kind
         if kind == "give_up":
-            what = f"gave up on this iteration: {outputs.get('reason', '')[:160]}"
-        line = f"session {session_id}: {what} ({state['evaluations']} evaluations, best {best})"
-        if not quiet:
-            err_console.print(line, soft_wrap=True)
+            what = f"gave up on this iteration: {str(payload.get('reason', ''))[:160]}"
+        if not self.quiet:
+            err_console.print(f"session {self.session_id}: {what} ({self.evaluations} evaluations, best {best})",
+                              soft_wrap=True)
 
-    # One pool for the session: the compile servers start once, and the next candidate's child while one runs.
-    with spare_pool(settings) as spares:
-        loop = build_loop(AutoLoop, engine=engine, brain=brain_obj, task=task_obj, chip=chip, settings=settings,
-                          session_id=session_id, config=AutoConfig(max_iterations=budget), on_step=on_step,
-                          spares=spares)
-        outcome = loop.run(session_id)
-    best = outcome.best_result or {}
-    summary = {"task": task_obj.task_id, "session_id": session_id, "target": chip.name,
-               "verdict": best.get("verdict", "no_improvement"), "speedup": outcome.best_speedup,
-               "method": best.get("method"), "band": best.get("band"), "kernel_path": outcome.best_kernel_path,
-               "evaluations": outcome.evaluations, "stop_reason": outcome.stop_reason,
-               "improved": outcome.improved}
-    return summary
+
+def _auto_summary(engine: Any, session_id: str, task_id: str, target: str, status: str) -> dict[str, Any]:
+    from sqlmodel import col, select
+
+    from agents.local import SessionStopped
+    from storage import sessions
+    from storage.models import SessionEvent
+
+    with Session(engine) as s:
+        events = s.exec(select(SessionEvent).where(SessionEvent.session_id == session_id)
+                        .order_by(col(SessionEvent.id))).all()
+        steps = [st.outputs or {} for st in sessions.get_steps(s, session_id=session_id) if st.kind == "evaluate"]
+    finished = next((e.payload for e in reversed(events) if e.kind == "auto_finished"), None)
+    if finished is None:
+        failed = next((e.payload for e in reversed(events) if e.kind == "job_failed"), {})
+        raise SessionStopped(f"session {session_id} ended {status} without a result: "
+                             f"{failed.get('reason') or 'its runner stopped'}")
+    best_id = finished.get("best_candidate_id")
+    best = next((st for st in steps if best_id is not None and st.get("candidate_id") == best_id), {})
+    return {"task": task_id, "session_id": session_id, "target": target,
+            "verdict": best.get("verdict", "no_improvement"), "speedup": finished.get("best_speedup"),
+            "method": best.get("method"), "band": best.get("band"), "kernel_path": best.get("kernel_path"),
+            "evaluations": finished.get("evaluations", len(steps)), "stop_reason": finished.get("stop_reason"),
+            "improved": best_id is not None}
 
 
 @_app.command("optimize")
