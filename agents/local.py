@@ -9,10 +9,11 @@ import time
 from collections.abc import Callable
 
 from sqlalchemy import Engine
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 
 from agents.jobs import runner_kinds
 from storage import sessions
+from storage.models import Job
 from storage.settings import Settings
 from tpu_runner.daemon import RunnerConfig, RunnerDaemon, describe_host
 
@@ -38,9 +39,12 @@ def run_until_settled(engine: Engine, settings: Settings, session_id: str, *, ki
         while True:
             with Session(engine) as s:
                 status = sessions.get_session(s, session_id=session_id).status
+                # A decision queues the next job before the session looks busy again: wait for it too.
+                pending = s.exec(select(Job.id).where(Job.session_id == session_id,
+                                                      col(Job.status).in_(("queued", "running")))).first()
             if on_poll:
                 on_poll()
-            if status != "active" or not thread.is_alive():
+            if (status != "active" and pending is None) or not thread.is_alive():
                 return status
             time.sleep(poll_seconds)
     finally:

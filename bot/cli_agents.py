@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -13,7 +12,6 @@ from sqlmodel import Session
 from bot import render
 from bot.cli import AsJson, Target, console, err_console, get_settings, run_command
 from bot.speedup import outcome_speedup
-from tpu_runner.spares import spare_pool
 
 _app = typer.Typer()
 
@@ -136,6 +134,33 @@ def optimize_command(
     run_command(run)
 
 
+class _StepPrinter:
+    """A HITL session's steps for a person at a terminal, as they are recorded (what its Slack thread shows)."""
+
+    def __init__(self, engine: Any, session_id: str):
+        self.engine, self.session_id, self.seen = engine, session_id, -1
+
+    def show(self) -> None:
+        from rich.markdown import Markdown
+
+        from storage import sessions
+
+        with Session(self.engine) as s:
+            steps = [(st.index, st.kind, dict(st.outputs or {})) for st in
+                     sessions.get_steps(s, session_id=self.session_id) if st.index > self.seen]
+        for index, kind, outputs in steps:
+            self.seen = index
+            if kind == "plan":
+                console.print(Markdown(outputs["plan"]))
+            elif kind == "evaluate":
+                console.print(f"[bold]evaluation:[/bold] {outputs.get('message', '')}", soft_wrap=True)
+            elif kind == "analyse":
+                last = outputs.get("summary", "").splitlines()[-1].removeprefix("analysis: ")
+                console.print(f"[bold]analysis:[/bold] {last}", soft_wrap=True)
+            elif kind != "decision":
+                err_console.print(f"{kind} done", soft_wrap=True)
+
+
 APPROVAL_CHOICES = {"a": "approve", "r": "redirect", "h": "handoff", "c": "cancel"}
 DECISION_CHOICES = {"i": "iterate", "r": "redirect", "h": "handoff", "f": "finish", "c": "cancel"}
 
@@ -151,18 +176,12 @@ def chat_command(
     or finish after each result."""
 
     def run() -> int:
-        with contextlib.ExitStack() as stack:
-            return session(stack)
-
-    def session(stack: contextlib.ExitStack) -> int:
-        from rich.markdown import Markdown
-
-        from agents.auto import AutoLoop
-        from agents.auto_decide import AutoConfig
+        from agents.auto_decide import StepRecord
         from agents.brain import Budget
         from agents.brains import default_brain, make_brain
-        from agents.hitl import DecisionRejected, HitlMachine, record_decision
-        from agents.runtime import build_loop
+        from agents.commands import decide, start_session
+        from agents.hitl import DecisionRejected, waiting_for
+        from agents.local import run_until_settled
         from storage import sessions
         from storage.database import open_database
         from tpu_runner.hardware import get_chip
@@ -171,34 +190,27 @@ def chat_command(
         settings = get_settings()
         task_obj = load_task(task)
         chip = get_chip(target or settings.default_target)
-        brain_obj = make_brain(brain or default_brain(settings), settings, Budget(), task=task_obj, chip=chip)
+        brain_name = brain or default_brain(settings)
+        make_brain(brain_name, settings, Budget(), task=task_obj, chip=chip)  # one line now if it cannot work
         engine = open_database(settings)
-        with Session(engine) as s, s.begin():
-            session_id = sessions.create_session(s, mode="hitl", task=task_obj.task_id, target=chip.name,
-                                                 task_dir=str(task_obj.path), owner="terminal").id
-
-        def show(kind: str, outputs: dict[str, Any]) -> None:
-            if kind == "plan":
-                console.print(Markdown(outputs["plan"]))
-            elif kind == "evaluate":
-                console.print(f"[bold]evaluation:[/bold] {outputs.get('message', '')}", soft_wrap=True)
-            elif kind == "analyse":
-                last = outputs.get("summary", "").splitlines()[-1].removeprefix("analysis: ")
-                console.print(f"[bold]analysis:[/bold] {last}", soft_wrap=True)
-            else:
-                err_console.print(f"{kind} done", soft_wrap=True)
-
-        spares = stack.enter_context(spare_pool(settings))
-        common: dict[str, Any] = {"engine": engine, "brain": brain_obj, "task": task_obj, "chip": chip,
-                                  "settings": settings, "session_id": session_id,
-                                  "config": AutoConfig(max_iterations=budget), "on_step": show, "spares": spares}
-        hitl = build_loop(HitlMachine, **common)
+        # The session Slack would start: recorded, queued, run by a runner (here in this process); the person
+        # answers here what a thread's buttons would.
+        session_id = start_session(engine, mode="hitl", task=task_obj, target=chip.name, owner="terminal",
+                                   budget={"iterations": budget, "brain": brain_name})
+        printer = _StepPrinter(engine, session_id)
         console.print(f"session {session_id}: {task_obj.task_id} on {chip.name}")
         while True:
-            outcome = hitl.run(session_id)
-            if outcome.stop_reason in ("finish", "cancel"):
+            status = run_until_settled(engine, settings, session_id, kinds=("hitl_advance", "auto_session"),
+                                       workers=1, on_poll=printer.show, poll_seconds=0.3)
+            printer.show()
+            with Session(engine) as s:
+                steps = [StepRecord(st.kind, dict(st.outputs or {}))
+                         for st in sessions.get_steps(s, session_id=session_id)]
+                mode = sessions.get_session(s, session_id=session_id).mode
+            awaited = waiting_for(steps) if mode == "hitl" else None
+            if status in ("done", "cancelled", "failed") or awaited is None:
                 break
-            choices = APPROVAL_CHOICES if outcome.stop_reason == "await_approval" else DECISION_CHOICES
+            choices = APPROVAL_CHOICES if awaited == "await_approval" else DECISION_CHOICES
             question = " / ".join(f"[{k}]{v[1:] if v.startswith(k) else ' ' + v}" for k, v in choices.items())
             answer = typer.prompt(question).strip().lower()[:1]
             if answer not in choices:
@@ -207,18 +219,19 @@ def chat_command(
             action = choices[answer]
             text = typer.prompt("what should be done instead") if action == "redirect" else None
             try:
-                record_decision(engine, session_id=session_id, actor="terminal", action=action, text=text)
+                decide(engine, session_id=session_id, actor="terminal", action=action, text=text, via="terminal")
             except DecisionRejected as exc:
                 err_console.print(str(exc))
-                continue
-            if action == "handoff":
-                outcome = build_loop(AutoLoop, **common).run(session_id)
-                break
-        if outcome.improved:
-            console.print(f"best kernel: {outcome_speedup(outcome.best_result or {})}; {outcome.best_kernel_path} "
-                          f"({outcome.evaluations} evaluations)", soft_wrap=True)
+        with Session(engine) as s:
+            best_id = sessions.get_session(s, session_id=session_id).best_candidate_id
+            evaluations = [st.outputs or {} for st in sessions.get_steps(s, session_id=session_id)
+                           if st.kind == "evaluate"]
+        best = next((e for e in evaluations if best_id is not None and e.get("candidate_id") == best_id), None)
+        if best is not None:
+            console.print(f"best kernel: {outcome_speedup(best)}; {best.get('kernel_path')} "
+                          f"({len(evaluations)} evaluations)", soft_wrap=True)
         else:
-            console.print(f"no candidate beat the reference ({outcome.evaluations} evaluations)")
+            console.print(f"no candidate beat the reference ({len(evaluations)} evaluations)")
         return 0
 
     run_command(run)
