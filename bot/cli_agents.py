@@ -1,4 +1,5 @@
-"""`kernelbot optimize`: the Auto paradigm from a terminal, on the embedded default (SQLite, in-process)."""
+"""`kernelbot optimize` and `chat`: Auto and HITL sessions from a terminal, started as Slack starts them and run
+by the embedded local runner (SQLite and a runner in this process by default)."""
 
 from __future__ import annotations
 
