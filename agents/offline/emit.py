@@ -206,8 +206,11 @@ def matmul_source(spec: Matmul, params: dict[str, Any]) -> str:
     extra_specs = ", ".join(specs[o.kind] for o in spec.operands)
     operands = "".join(f"e{o.index}, " for o in spec.operands)
     lhs_i, rhs_i = spec.lhs.index, spec.rhs.index
-    same = spec.lhs.value.dtype == spec.rhs.value.dtype
-    cast = "" if same else ".astype(jnp.float32)"
+    dtypes = {spec.lhs.value.dtype, spec.rhs.value.dtype}
+    # XLA on TPU multiplies f32 matrices with bf16 operands and f32 accumulation at JAX's default precision, and
+    # so does this kernel; only a reference that asks for HIGHEST gets full f32 products.
+    to_bf16 = not spec.highest and "float32" in dtypes and dtypes <= {"float32", "bfloat16"}
+    cast = ".astype(jnp.bfloat16)" if to_bf16 else "" if len(dtypes) == 1 else ".astype(jnp.float32)"
     precision = "lax.Precision.HIGHEST" if spec.highest else "None"
     # Whole rows when a fused epilogue reduces over them; unfused, the plain matmul tiles N freely.
     n_choice = "n if FUSE_EPILOGUE else _block(n, 512, 128)" if spec.reduces else "_block(n, BLOCK_N, 128)"

@@ -107,6 +107,13 @@ def matmul_params(spec: Matmul, chip: ChipSpec) -> tuple[dict[str, Any], list[st
     params["VMEM_LIMIT_BYTES"] = DEFAULT_VMEM_LIMIT
     if in_bytes == 2:
         reasons.append("bf16 operands go to the MXU as bf16 with f32 accumulation (preferred_element_type).")
+    elif not spec.highest:
+        reasons.append("f32 operands are rounded to bf16 for the MXU with f32 accumulation, as XLA computes a "
+                       "default-precision f32 matmul on TPU (a reference asking for precision=HIGHEST would get "
+                       "full f32 products, at a third of the rate or less).")
+    else:
+        reasons.append("The reference asks for precision=HIGHEST, so the products stay in full f32 (several MXU "
+                       "passes), as XLA computes them.")
     if spec.epilogue:
         reasons.append(f"The {len(spec.epilogue)}-op epilogue runs on the f32 accumulator in VMEM at the last K "
                        "step, so the matmul result never goes to HBM and back.")
