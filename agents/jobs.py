@@ -50,10 +50,7 @@ def _advance(ctx: JobContext, payload: dict[str, Any], machine: type[AutoLoop]) 
     try:
         task = session_task(record, ctx.settings.home)
         # The session's spend so far travels in its steps, so a cap holds across jobs, runners and crashes.
-        brain = make_brain(budget.get("brain") or "anthropic", ctx.settings,
-                           Budget(max_cost_usd=budget.get("max_cost_usd"), max_tokens=budget.get("max_tokens"),
-                                  spent=Usage(cost_usd=_spent_so_far(engine, session_id))),
-                           task=task, chip=get_chip(target))
+        brain = _session_brain(ctx, record, task, spent=_spent_so_far(engine, session_id))
     except (TaskError, BrainUnavailable) as exc:
         raise JobRejected(str(exc)) from exc
     except BrainError as exc:
@@ -70,6 +67,15 @@ def _advance(ctx: JobContext, payload: dict[str, Any], machine: type[AutoLoop]) 
             then.append(advance_job(session_id=session_id, mode=record.mode, target=record.target))
     return JobOutcome(result={"session_id": session_id, "stop_reason": outcome.stop_reason,
                               "best_speedup": outcome.best_speedup, "evaluations": outcome.evaluations}, then=then)
+
+
+def _session_brain(ctx: JobContext, record: KernelSession, task: Task, spent: float = 0.0) -> Brain:
+    """The brain a session asked for, with the budget it was started with and what it has spent so far."""
+    budget = dict(record.budget or {})
+    return make_brain(budget.get("brain") or "anthropic", ctx.settings,
+                      Budget(max_cost_usd=budget.get("max_cost_usd"), max_tokens=budget.get("max_tokens"),
+                             spent=Usage(cost_usd=spent)),
+                      task=task, chip=get_chip(record.target))
 
 
 def _spent_so_far(engine: Engine, session_id: str) -> float:
@@ -108,10 +114,7 @@ def search_node_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
     from agents.search import NodeRunner
 
     def brain_for(record: KernelSession) -> Brain:
-        budget = dict(record.budget or {})
-        return make_brain(budget.get("brain") or "anthropic", ctx.settings,
-                          Budget(max_cost_usd=budget.get("max_cost_usd"), max_tokens=budget.get("max_tokens")),
-                          task=session_task(record, ctx.settings.home), chip=get_chip(record.target))
+        return _session_brain(ctx, record, session_task(record, ctx.settings.home))
 
     runner = NodeRunner(engine=_engine(ctx), settings=ctx.settings, make_brain=brain_for, spares=ctx.spares,
                         runner_id=ctx.runner_id)

@@ -1,9 +1,9 @@
-"""Stage 5 without hardware: an estimate built the same way for candidate and reference.
+"""Stage 5 without hardware: the bytes a candidate moves, and the flags a time earns against the roofline.
 
-time = max(static cycles / clock, HBM bytes / HBM bandwidth). libtpu's static cycle count ignores HBM
-bandwidth (see the toolchain note), so the memory term bounds it below. Reference bytes come from XLA's cost
-analysis; a Pallas candidate's come from its grid and BlockSpecs (`traffic.py`), plus whatever XLA code
-surrounds its kernels - never from the candidate's own CostEstimate.
+A Pallas candidate's bytes come from its grid and BlockSpecs (`traffic.py`), plus whatever XLA code surrounds
+its kernels - never from the candidate's own CostEstimate. The time itself is `timing_model`'s; `estimate` is
+the whole-program model before it (static cycles / clock against HBM bytes / bandwidth), kept as the baseline
+`benchmarks/estimate_fidelity.py` compares against.
 """
 
 from __future__ import annotations

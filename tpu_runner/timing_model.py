@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from tpu_runner import calibration
 from tpu_runner.calibration import FACTORS, GRID_STEP_CYCLES, LAUNCH_SECONDS, VPU_ELEMENTS_PER_CYCLE, factor
 from tpu_runner.compile_service import CompileAnswer
+from tpu_runner.estimate import estimate
 from tpu_runner.hardware import ChipSpec
 
 KERNEL_TARGET = "tpu_custom_call"  # a Mosaic kernel: a Pallas kernel, or one XLA wrote itself
@@ -152,9 +153,8 @@ def static_profile_time(chip: ChipSpec, answers: Sequence[CompileAnswer], mode: 
     the baseline `benchmarks/estimate_fidelity.py` compares against)."""
     if not all(a.profiled for a in answers):
         return None
-    cycles = sum(n for a in answers for _, n in a.ops)
-    hbm = sum(a.cost.get("bytes accessed", 0.0) for a in answers)
-    return max(cycles / chip.cycle_rate(mode), hbm / chip.hbm_bandwidth)
+    return estimate(chip, cycles=sum(n for a in answers for _, n in a.ops), mode=mode,
+                    hbm_bytes=sum(a.cost.get("bytes accessed", 0.0) for a in answers)).seconds
 
 
 __all__ = ["FACTORS", "OpTime", "ProgramTime", "program_time", "programs_time", "static_profile_time"]
