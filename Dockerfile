@@ -49,7 +49,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 
 # Then the source: every package [tool.setuptools.packages.find] includes, the built-in task suite, the Slack
 # app manifest, and the README (the package's metadata names it). Editable on purpose: the CLI finds the built-in suite at <source root>/tasks (REPO_TASKS in
-# bot/cli.py), and sessions record task paths that serve and every runner must resolve alike (/app/tasks/... in
+# bot/task_suites.py), and sessions record task paths that serve and every runner must resolve alike (/app/tasks/... in
 # each container); a plain install would put bot/ in site-packages with no tasks/ beside it. Bytecode is compiled
 # now because /app is read-only to the user at run time.
 COPY bot/ bot/
@@ -64,7 +64,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     && python -m compileall -q /app \
     && kernelbot --help > /dev/null
 
-# The health check, for either role, read from PID 1's command line (`kernelbot healthcheck` in bot/healthcheck.py):
+# The health check, for either role, read from PID 1's command line (`kernelbot healthcheck` in bot/cli/healthcheck.py):
 #   serve --http  GET /healthz on its --port (200 while it serves);
 #   runner        the database is reachable at the schema head and this host's runner heartbeated within one
 #                 lease (--lease-seconds, 60 s by default), i.e. before its jobs would be taken over;

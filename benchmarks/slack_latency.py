@@ -31,9 +31,9 @@ from sqlmodel import Session
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bot.notifier import Notifier  # noqa: E402
-from bot.slack_app import build_app  # noqa: E402
-from bot.slack_sender import ChannelPacer, SlackSender  # noqa: E402
+from bot.slack.app import build_app  # noqa: E402
+from bot.slack.outbound.notifier import Notifier  # noqa: E402
+from bot.slack.outbound.sender import ChannelPacer, SlackSender  # noqa: E402
 from storage import sessions  # noqa: E402
 from storage.database import open_database  # noqa: E402
 from storage.settings import load_settings  # noqa: E402

@@ -1,6 +1,6 @@
 """Render the documentation's pictures from the real product.
 
-It serves kernelbot (`bot.server.Server` over HTTP with an embedded runner and the offline brain) against the
+It serves kernelbot (`bot.slack.server.Server` over HTTP with an embedded runner and the offline brain) against the
 tests' fake Slack, plays a team's afternoon through signed Slack requests - `/kernel new softmax`, a redirect by
 a thread reply, the Redirect… modal, Approve, Hand off to Auto, a search, a session left waiting, `/kernel digest
 now`, the App Home opened - and draws what the fake Slack then holds, the way Slack shows it: a white card per

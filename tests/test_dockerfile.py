@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.healthcheck import option as option_value
+from bot.cli.healthcheck import option as option_value
 from tests.conftest import REPO
 
 DOCKERFILE = REPO / "Dockerfile"
@@ -264,7 +264,7 @@ def test_every_package_and_what_the_code_reads_at_run_time_is_copied() -> None:
     late = [src for ins, sources, _ in copies() for src in sources if index_of(ins) > index_of(project)]
     assert not late, f"copied after the project's install: {late}"
     # The image runs the code from where it was copied (bot/cli.py finds tasks/ beside the packages).
-    from bot.cli import REPO_TASKS
+    from bot.task_suites import REPO_TASKS
 
     assert REPO_TASKS == REPO / "tasks"
     assert "-e" in shlex.split(project.args), "a plain install would leave bot/ without tasks/ beside it"
@@ -414,7 +414,7 @@ def test_serve_in_socket_mode_is_healthy_while_its_database_is(script: Path, tmp
 @contextlib.contextmanager
 def healthz(state: dict[str, bool]) -> Iterator[int]:
     """The real /healthz handler of `serve --http` on a free loopback port, answering what `state` says."""
-    from bot.http_server import make_server, serve_in_thread
+    from bot.slack.http_mode import make_server, serve_in_thread
 
     server = make_server(None, host="127.0.0.1", port=0, healthy=lambda: state["ok"])  # type: ignore[arg-type]
     thread = serve_in_thread(server)
@@ -554,7 +554,7 @@ def test_systemd_analyze_verifies_the_unit(role: str, tmp_path: Path) -> None:
 def cli_help(command: str = "") -> str:
     """`kernelbot [COMMAND...] --help`, wide enough that no option name is cut."""
     env = {**os.environ, "COLUMNS": "200", "TERM": "dumb", "NO_COLOR": "1"}
-    proc = subprocess.run([sys.executable, "-c", "from bot.cli import main; main()", *command.split(), "--help"],
+    proc = subprocess.run([sys.executable, "-c", "from bot.cli.app import main; main()", *command.split(), "--help"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.slash import COMMANDS
+from bot.slack.slash import COMMANDS
 from tpu_runner.errors import _PATTERNS
 from tpu_runner.result import Verdict
 from tpu_runner.static_check import check_source

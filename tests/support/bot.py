@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bot.server import ServeOptions, Server
-from bot.slack_app import build_app
+from bot.slack.app import build_app
+from bot.slack.server import ServeOptions, Server
 from storage.database import open_database
 from storage.settings import Settings, load_settings
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack, fake_slack

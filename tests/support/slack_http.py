@@ -17,7 +17,7 @@ from typing import Any
 
 from slack_bolt import App
 
-from bot.http_server import make_server, serve_in_thread
+from bot.slack.http_mode import make_server, serve_in_thread
 
 SECRET = "test-signing-secret"
 

@@ -1,0 +1,103 @@
+"""What every command group shares: the consoles, the common options, and the one table that turns an error into
+one line and the next step."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from storage.settings import Settings, SettingsError, load_settings
+from tpu_runner.hardware import CHIPS, UnknownTarget
+from tpu_runner.tasks import TaskError
+
+console = Console()
+err_console = Console(stderr=True)
+
+Target = Annotated[str | None, typer.Option("--target", help=f"TPU generation: {', '.join(CHIPS)} (default v6e)")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def _friendly(exc: Exception) -> tuple[str, str] | None:
+    """One line and the next step, for each kind of bad input or unreachable service; None if unknown."""
+    from sqlalchemy.exc import OperationalError
+
+    from agents.brain import BrainError
+    from agents.brains import BrainUnavailable
+    from agents.local import SessionStopped
+    from bot.slack.app import SlackSettingsError
+    from storage.migrate import SchemaNewer, SchemaOutdated
+    from storage.queue import JobNotFound
+    from tpu_runner.evaluate import KernelFileError
+    from tpu_runner.porting import PortUnavailable
+
+    if isinstance(exc, OperationalError):
+        return (f"cannot use the database: {str(exc.orig).strip().splitlines()[0]}",
+                "check KERNELBOT_DATABASE_URL and that the server is running")
+    if isinstance(exc, BrainError):  # no answer at all from the model: the brain says what to do
+        return str(exc), exc.next_step or "see `kernelbot doctor`"
+    table: list[tuple[type[Exception], str]] = [
+        (TaskError, "check the task directory (reference.py + kernel_task.yaml, or baseline.py); "
+                    "`kernelbot tasks` lists valid ones"),
+        (KernelFileError, "pass the path of a Python file that defines computation(...)"),
+        (UnknownTarget, f"use --target with one of {', '.join(CHIPS)}"),
+        (SettingsError, "fix the environment variable named above"),
+        (SchemaOutdated, "run `kernelbot db upgrade`"),
+        (SchemaNewer, "install the kernelbot version that migrated the database (`kernelbot doctor` shows both)"),
+        (JobNotFound, "`kernelbot jobs` lists the jobs"),
+        (LookupError, "check the id; the session may live in another KERNELBOT_HOME or database"),
+        (BrainUnavailable, "see `kernelbot optimize --help`"),
+        (SessionStopped, "fix what the reason names, then `kernelbot optimize` again (`kernelbot jobs` shows the job)"),
+        (SlackSettingsError, "set it in the environment (see the Slack app's settings pages)"),
+        (PortUnavailable, "install the extra named above, then run the command again"),
+        (ValueError, "check the command's options (`kernelbot COMMAND --help`) and the settings it names"),
+    ]
+    for kind, hint in table:
+        if isinstance(exc, kind):
+            return str(exc), hint
+    return None
+
+
+def _log_unexpected(exc: Exception) -> str:
+    """Keep the traceback in the log directory; return an id a person can quote."""
+    error_id = uuid.uuid4().hex[:8]
+    try:
+        log_dir = load_settings().logs_dir
+    except SettingsError:
+        log_dir = Path(tempfile.gettempdir())
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with open(log_dir / "errors.log", "a") as f:
+        f.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} error {error_id} (argv: {sys.argv[1:]})\n")
+        f.write("".join(traceback.format_exception(exc)))
+    return f"{error_id} (traceback in {log_dir / 'errors.log'})"
+
+
+def run_command(fn: Callable[[], int]) -> None:
+    try:
+        code = fn()
+    except typer.Exit:
+        raise
+    except Exception as exc:
+        known = _friendly(exc)
+        if known is None:
+            if os.environ.get("KERNELBOT_DEBUG"):
+                raise
+            known = (f"unexpected {type(exc).__name__}: {exc}", f"report error {_log_unexpected(exc)}; "
+                     "KERNELBOT_DEBUG=1 shows the traceback here")
+        message, hint = known
+        err_console.print(f"[red]error:[/red] {message}\n[dim]next: {hint}[/dim]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    raise typer.Exit(code)
+
+
+def get_settings() -> Settings:
+    return load_settings()

@@ -1,0 +1,184 @@
+"""`kernelbot db upgrade | runner | enqueue-eval | jobs | runners`: the queue and the runner fleet."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from sqlmodel import Session
+
+from bot.cli import render
+from bot.cli.common import AsJson, Target, console, err_console, get_settings, run_command
+from tpu_runner.hardware import CHIPS, get_chip
+
+_app = typer.Typer()
+_db = typer.Typer(help="The database: schema migrations.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    for command in _app.registered_commands:
+        app.registered_commands.append(command)
+    app.add_typer(_db, name="db")
+
+
+@_db.command("upgrade")
+def db_upgrade_command() -> None:
+    """Apply the schema migrations to the configured database (KERNELBOT_DATABASE_URL, else local SQLite)."""
+
+    def run() -> int:
+        from storage.engine import make_engine
+        from storage.migrate import current_revision, head_revision, upgrade
+
+        settings = get_settings()
+        settings.home.mkdir(parents=True, exist_ok=True)
+        engine = make_engine(settings.database)
+        before = current_revision(engine)
+        upgrade(engine)
+        console.print(f"database {engine.url.render_as_string(hide_password=True)}: {before or 'empty'} -> "
+                      f"{head_revision()}")
+        return 0
+
+    run_command(run)
+
+
+@_app.command("runner")
+def runner_command(
+    target: Annotated[list[str] | None, typer.Option("--target", help="Targets served (repeatable; default all).")]
+    = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Jobs run at once.")] = 1,
+    name: Annotated[str | None, typer.Option("--name", help="Shown in `kernelbot runners`.")] = None,
+    exit_when_idle: Annotated[bool, typer.Option("--exit-when-idle", help="Exit once no work is left.")] = False,
+    lease_seconds: Annotated[float, typer.Option("--lease-seconds", help="How long a claim lasts without a "
+                                                 "heartbeat; another runner takes a job over after that.")] = 60.0,
+    kind: Annotated[list[str] | None, typer.Option("--kind", help="Job kinds served (repeatable; default all).")]
+    = None,
+    grace_seconds: Annotated[float, typer.Option("--grace-seconds", help="On SIGTERM, how long running jobs may "
+                                                 "take to finish before they are given back.")] = 30.0,
+) -> None:
+    """The TPU runner daemon: claims jobs from the shared queue, runs them, records results. SIGTERM stops it
+    cleanly (running jobs finish or are given back)."""
+
+    def run() -> int:
+        import logging
+        import socket
+
+        from agents.commands import recover_stranded
+        from agents.jobs import runner_kinds
+        from storage.database import open_database
+        from storage.logs import configure_logging
+        from tpu_runner.daemon import RunnerConfig, RunnerDaemon, describe_host, install_signal_handlers
+        from tpu_runner.evaluate import detect_host
+
+        settings = get_settings()
+        if detect_host() == "cpu":
+            os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        targets = tuple(get_chip(t).name for t in (target or list(CHIPS)))
+        job_kinds = runner_kinds(settings.job_modules)  # what this runner serves, composed here
+        configure_logging(settings, default_level="info")
+        engine = open_database(settings)
+        config = RunnerConfig(name=name or f"{socket.gethostname()}-{os.getpid()}", targets=targets,
+                              concurrency=concurrency, kinds=tuple(kind or ()), lease_seconds=lease_seconds,
+                              exit_when_idle=exit_when_idle, grace_seconds=grace_seconds)
+        daemon = RunnerDaemon(engine=engine, settings=settings, config=config, hardware=describe_host(),
+                              job_kinds=job_kinds)
+
+        for session_id in recover_stranded(engine):  # sessions a crash left without their job
+            console.print(f"session {session_id} had work to do and no live job: queued it again")
+        install_signal_handlers(daemon)
+        code = daemon.run()
+        if daemon.abandoned:
+            # Jobs given back on shutdown may still be running in their threads; they must not hold the exit.
+            logging.shutdown()
+            os._exit(code)
+        return code
+
+    run_command(run)
+
+
+@_app.command("enqueue-eval")
+def enqueue_eval_command(
+    task: Annotated[Path, typer.Option("--task", help="Task directory.")],
+    kernel: Annotated[Path, typer.Option("--kernel", help="Candidate module.")],
+    target: Target = None,
+    allow_pure_jax: Annotated[bool, typer.Option("--allow-pure-jax")] = False,
+    priority: Annotated[int, typer.Option("--priority")] = 0,
+) -> None:
+    """Queue an evaluation for the runners and print its job id."""
+
+    def run() -> int:
+        from storage import queue
+        from storage.database import open_database
+        from tpu_runner.evaluate import KernelFileError
+        from tpu_runner.tasks import load_task
+
+        settings = get_settings()
+        task_obj = load_task(task)  # refuse a broken task now rather than on a runner
+        if not kernel.is_file():
+            raise KernelFileError(f"cannot read the kernel file {kernel}: no such file")
+        chip = get_chip(target or settings.default_target)
+        engine = open_database(settings)
+        with Session(engine) as s, s.begin():
+            job = queue.enqueue(s, kind="evaluate", target=chip.name, priority=priority, payload={
+                "task_dir": str(task_obj.path), "kernel_path": str(kernel.resolve()), "target": chip.name,
+                "allow_pure_jax": allow_pure_jax})
+            job_id = job.id
+        print(job_id)
+        return 0
+
+    run_command(run)
+
+
+@_app.command("jobs")
+def jobs_command(
+    status: Annotated[str | None, typer.Option("--status", help="Only jobs in this status.")] = None,
+    limit: Annotated[int, typer.Option("--limit")] = 50,
+    as_json: AsJson = False,
+) -> None:
+    """List jobs, newest first."""
+
+    def run() -> int:
+        from storage import queue
+        from storage.database import open_database
+
+        engine = open_database(get_settings())
+        with Session(engine) as s:
+            jobs = queue.get_jobs(s, limit=limit, status=status)
+            evals = queue.evaluation_ids(s, job_ids=[j.id for j in jobs if j.id is not None])
+            rows = [render.job_row(j, evals.get(j.id or 0, [])) for j in jobs]
+        if as_json:
+            print(json.dumps(rows, indent=1))
+        else:
+            console.print(render.jobs_table(rows))
+        return 0
+
+    run_command(run)
+
+
+@_app.command("runners")
+def runners_command(
+    all_runners: Annotated[bool, typer.Option("--all", help="Include stopped runners.")] = False,
+    as_json: AsJson = False,
+) -> None:
+    """List runners with their hardware, heartbeat age and current jobs."""
+
+    def run() -> int:
+        from storage.database import open_database
+        from storage.runners import get_runners
+
+        engine = open_database(get_settings())
+        with Session(engine) as s:
+            at = time.time()
+            rows = [render.runner_row(r, at=at) for r in get_runners(s, include_stopped=all_runners)]
+        if as_json:
+            print(json.dumps(rows, indent=1))
+        else:
+            console.print(render.runners_table(rows))
+            if not rows:
+                err_console.print("no runners; start one with `kernelbot runner`")
+        return 0
+
+    run_command(run)

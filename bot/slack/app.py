@@ -1,0 +1,65 @@
+"""The Slack app: the real Bolt app with kernelbot's listeners. Built by `kernelbot serve` (and the tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from slack_bolt import App
+from slack_sdk import WebClient
+from sqlalchemy import Engine
+
+from bot.slack import listeners
+from bot.slack.listener_context import BotContext, GroupDirectory
+from bot.slack.steering import SteeringPolicy
+from storage.settings import Settings
+
+
+class SlackSettingsError(ValueError):
+    """What `serve` needs from the environment and did not get."""
+
+
+def web_client(settings: Settings, **kwargs: object) -> WebClient:
+    if not settings.slack_bot_token:
+        raise SlackSettingsError("SLACK_BOT_TOKEN is not set: the bot token (xoxb-...) from the app's OAuth page")
+    return WebClient(token=settings.slack_bot_token,
+                     **({"base_url": settings.slack_api_url} if settings.slack_api_url else {}), **kwargs)  # type: ignore[arg-type]
+
+
+def app_token(settings: Settings) -> str:
+    """The app-level token Socket Mode connects with."""
+    token = settings.slack_app_token or ""
+    if not token.startswith("xapp-"):
+        raise SlackSettingsError("SLACK_APP_TOKEN is not set to an app-level token (xapp-...): Socket Mode needs one "
+                                 "with connections:write (the app's Basic Information page), or use --http")
+    return token
+
+
+def build_context(settings: Settings, engine: Engine, client: WebClient, *, suites: list[Path] | None = None,
+                  notify: Callable[[], None] | None = None) -> BotContext:
+    try:
+        policy = SteeringPolicy.parse(settings.steerers)
+    except ValueError as exc:
+        raise SlackSettingsError(str(exc)) from None
+    configured = [*settings.suites, *(suites or [])]
+    missing = [str(p) for p in configured if not Path(p).is_dir()]
+    if missing:
+        raise SlackSettingsError(f"task suite directories do not exist: {', '.join(missing)} (--suite or "
+                                 "KERNELBOT_SUITES)")
+    # Tasks pasted into the `/kernel new` form live in the data directory and are tasks like any other.
+    return BotContext(settings=settings, engine=engine, suites=[*configured, settings.home / "tasks"],
+                      policy=policy,
+                      groups=GroupDirectory(client), notify=notify or (lambda: None))
+
+
+def build_app(settings: Settings, engine: Engine, *, suites: list[Path] | None = None, socket_mode: bool = False,
+              notify: Callable[[], None] | None = None) -> App:
+    client = web_client(settings)
+    if socket_mode:
+        app_token(settings)
+    if not socket_mode and not settings.slack_signing_secret:
+        raise SlackSettingsError("SLACK_SIGNING_SECRET is not set: HTTP mode verifies every request with it")
+    app = App(client=client, signing_secret=settings.slack_signing_secret or "unused-in-socket-mode",
+              token_verification_enabled=False, process_before_response=False)
+    listeners.register(app, build_context(settings, engine, client, suites=suites, notify=notify))
+    return app

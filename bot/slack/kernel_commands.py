@@ -1,0 +1,170 @@
+"""Each `/kernel` command as a function from its parsed form to the ephemeral reply (or a modal to open).
+
+Surfaces never call agents: starting a session records it and enqueues its first job in one transaction
+(`agents.commands`, `agents.search`); runners do the work; what people should see comes back as session events,
+delivered to threads by the notifier.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlmodel import Session, col, select
+
+from agents.brains import default_brain
+from agents.commands import cancel_session, start_session
+from agents.search import start_search
+from agents.search_decide import SearchConfig
+from bot.slack.listener_context import BotContext
+from bot.slack.slash import Command, UsageError, help_text
+from bot.slack.views.kit import thread_link
+from bot.task_suites import suite_tasks
+from storage import runners, sessions
+from storage.models import KernelSession, Step, now
+from tpu_runner.hardware import get_chip
+from tpu_runner.tasks import load_task
+
+ACTIVE = ("active", "awaiting")
+
+
+@dataclass(frozen=True)
+class OpenView:
+    """Open this modal (the command's trigger is only valid for 3 seconds: the listener opens it at once)."""
+
+    view: dict[str, Any]
+
+
+Reply = str | OpenView
+
+
+def session_line(r: KernelSession) -> str:
+    link = thread_link(r.slack_channel, r.slack_thread_ts)
+    return f"• `{r.id}` {r.mode} on *{r.task}* ({r.target}): {r.status}" + (f", {link}" if link else "")
+
+
+class KernelCommands:
+    def __init__(self, ctx: BotContext):
+        self.ctx = ctx
+
+    def run(self, command: Command, *, user: str, channel: str) -> Reply:
+        handler = getattr(self, f"do_{command.name}")
+        return handler(command, user=user, channel=channel)
+
+    # -- helpers --------------------------------------------------------------------------------------------------
+    def _task(self, name: str) -> Any:
+        tasks = suite_tasks(self.ctx.suites)
+        if name not in tasks:
+            known = ", ".join(sorted(tasks)) or "none"
+            raise UsageError(f"No task `{name}`. Tasks: {known}.")
+        return load_task(tasks[name])
+
+    def _target(self, command: Command) -> str:
+        return get_chip(str(command.options.get("target") or self.ctx.settings.default_target)).name
+
+    def _brain(self, command: Command) -> str:
+        return str(command.options.get("brain") or default_brain(self.ctx.settings))
+
+    # -- commands -------------------------------------------------------------------------------------------------
+    def do_help(self, command: Command, **_: Any) -> Reply:
+        return help_text()
+
+    def do_new(self, command: Command, *, user: str, channel: str) -> Reply:
+        if "task" not in command.args:
+            return self._reference_form(channel)
+        task = self._task(command.args["task"])
+        budget = {"brain": self._brain(command), "iterations": int(command.options.get("budget", 5))}
+        session_id = start_session(self.ctx.engine, mode="hitl", task=task, target=self._target(command), owner=user,
+                                   budget=budget, slack_channel=channel)
+        return f"Started HITL session `{session_id}` on *{task.task_id}*; its plan comes to a thread here."
+
+    def _reference_form(self, channel: str) -> Reply:
+        from bot.slack.views.reference_form import reference_form
+
+        return OpenView(reference_form(channel=channel, target=self.ctx.settings.default_target))
+
+    def do_port(self, command: Command, *, user: str, channel: str) -> Reply:
+        from bot.slack.views.port_form import port_form
+
+        return OpenView(port_form(channel=channel))
+
+    def do_auto(self, command: Command, *, user: str, channel: str) -> Reply:
+        task = self._task(command.args["task"])
+        budget = {"brain": self._brain(command), "iterations": int(command.options.get("budget", 5))}
+        session_id = start_session(self.ctx.engine, mode="auto", task=task, target=self._target(command), owner=user,
+                                   budget=budget, slack_channel=channel)
+        return f"Started Auto session `{session_id}` on *{task.task_id}*; results come to a thread here."
+
+    def do_search(self, command: Command, *, user: str, channel: str) -> Reply:
+        task = self._task(command.args["task"])
+        config = SearchConfig(strategy=str(command.options.get("strategy", "beam")),
+                              budget=int(command.options.get("budget", 12)))
+        with Session(self.ctx.engine) as s, s.begin():
+            session_id = start_search(s, task=task, target=self._target(command), config=config, seed_code=None,
+                                      brain=self._brain(command), owner=user, slack_channel=channel)
+        return (f"Started a {config.strategy} search `{session_id}` on *{task.task_id}* ({config.budget} "
+                "evaluations); the result comes to a thread here.")
+
+    def do_tasks(self, command: Command, **_: Any) -> Reply:
+        tasks = suite_tasks(self.ctx.suites)
+        return "Tasks: " + ", ".join(f"`{name}`" for name in sorted(tasks))
+
+    def do_runners(self, command: Command, **_: Any) -> Reply:
+        with Session(self.ctx.engine) as s:
+            fleet = runners.get_runners(s)
+        if not fleet:
+            return "No runner is active: sessions wait in the queue until one starts (`kernelbot runner`)."
+        t = now()
+        return "\n".join(f"• {r.name} on {r.host}: {', '.join(r.targets or [])}, {len(r.current_jobs or [])} "
+                         f"job(s) running, heard from {t - r.heartbeat_at:.0f} s ago" for r in fleet)
+
+    def do_list(self, command: Command, **_: Any) -> Reply:
+        with Session(self.ctx.engine) as s:
+            recent = s.exec(select(KernelSession).order_by(col(KernelSession.created_at).desc()).limit(10)).all()
+        if not recent:
+            return "No sessions yet: `/kernel new TASK` starts one."
+        return "Recent sessions:\n" + "\n".join(session_line(r) for r in recent)
+
+    def do_status(self, command: Command, **kwargs: Any) -> Reply:
+        if "session" in command.args:
+            return self.do_show(command, **kwargs)
+        with Session(self.ctx.engine) as s:
+            active = s.exec(select(KernelSession).where(col(KernelSession.status).in_(ACTIVE))
+                            .order_by(col(KernelSession.created_at).desc()).limit(20)).all()
+        if not active:
+            return "No session is active. `/kernel list` shows recent ones."
+        return "Active sessions:\n" + "\n".join(session_line(r) for r in active)
+
+    def do_show(self, command: Command, **_: Any) -> Reply:
+        with Session(self.ctx.engine) as s:
+            record = sessions.get_session(s, session_id=command.args["session"])
+            steps = s.exec(select(Step).where(Step.session_id == record.id).order_by(col(Step.index))).all()
+            lines = [session_line(record).removeprefix("• ")]
+            for st in list(steps)[-12:]:
+                out = st.outputs or {}
+                what = out.get("message") or out.get("action") or out.get("reason") or ""
+                lines.append(f"  {st.index}. {st.kind}" + (f": {str(what)[:140]}" if what else ""))
+            if record.best_candidate_id:
+                lines.append(f"best kernel: candidate {record.best_candidate_id}")
+        return "\n".join(lines)
+
+    def do_schedule(self, command: Command, *, user: str, channel: str) -> Reply:
+        from bot.slack.schedule_commands import schedule_reply
+
+        return schedule_reply(self.ctx, command, user=user, channel=channel)
+
+    def do_digest(self, command: Command, *, user: str, channel: str) -> Reply:
+        from bot.slack.schedule_commands import digest_reply
+
+        return digest_reply(self.ctx, command, user=user, channel=channel)
+
+    def do_cancel(self, command: Command, *, user: str, **_: Any) -> Reply:
+        session_id = command.args["session"]
+        with Session(self.ctx.engine) as s:
+            owner = sessions.get_session(s, session_id=session_id).owner
+        allowed, why = self.ctx.may_steer(user=user, owner=owner)
+        if not allowed:
+            return why
+        cancel_session(self.ctx.engine, session_id=session_id, actor=user, via="command")
+        self.ctx.notify()
+        return f"Cancelled session `{session_id}`."

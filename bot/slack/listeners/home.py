@@ -1,0 +1,54 @@
+"""The App Home tab, published each time someone opens it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slack_bolt import App
+from slack_sdk import WebClient
+from sqlmodel import Session, col, select
+
+from agents.auto_decide import StepRecord
+from agents.hitl import waiting_for
+from bot.slack.listener_context import BotContext
+from bot.slack.views.home import HomeSession, build_home
+from bot.speedup import evaluation_speedup
+from storage import sessions
+from storage.models import Evaluation, KernelSession
+
+RECENT = 15
+
+
+def home_sessions(ctx: BotContext, user: str) -> tuple[list[HomeSession], list[HomeSession]]:
+    """(recent sessions, sessions waiting for a decision this person may take)."""
+    with Session(ctx.engine) as s:
+        rows = list(s.exec(select(KernelSession).order_by(col(KernelSession.created_at).desc()).limit(RECENT)).all())
+        awaiting = list(s.exec(select(KernelSession).where(KernelSession.status == "awaiting", KernelSession.mode ==
+                                                           "hitl").order_by(col(KernelSession.updated_at)).limit(50)))
+        best_ids = [r.best_candidate_id for r in rows if r.best_candidate_id]
+        best = {e.candidate_id: e for e in s.exec(select(Evaluation).where(col(Evaluation.candidate_id).in_(best_ids)))}
+
+        def item(r: KernelSession, waiting: str | None = None) -> HomeSession:
+            e = best.get(r.best_candidate_id)
+            return HomeSession(r.id, r.mode, r.task, r.target, r.status, r.owner, r.slack_channel, r.slack_thread_ts,
+                               waiting, evaluation_speedup(e))
+
+        pending = []
+        for r in awaiting:
+            if not ctx.may_steer(user=user, owner=r.owner)[0]:
+                continue
+            steps = [StepRecord(st.kind, dict(st.outputs or {})) for st in sessions.get_steps(s, session_id=r.id)]
+            waits = waiting_for(steps)
+            if waits:
+                pending.append(item(r, waits))
+        return [item(r) for r in rows], pending
+
+
+def register(app: App, ctx: BotContext) -> None:
+    @app.event("app_home_opened")
+    def handle_home_opened(event: dict[str, Any], client: WebClient) -> None:
+        if event.get("tab", "home") != "home":
+            return
+        user = str(event.get("user", ""))
+        recent, pending = home_sessions(ctx, user)
+        client.views_publish(user_id=user, view=build_home(user=user, recent=recent, pending=pending))

@@ -1,0 +1,20 @@
+"""Where tasks come from for every surface: the repository's `tasks/` and the suites a team configures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tpu_runner.tasks import discover_tasks
+
+REPO_TASKS = Path(__file__).resolve().parent.parent / "tasks"
+
+
+def suite_tasks(suites: list[Path]) -> dict[str, Path]:
+    """Task name -> directory, over `tasks/` and the configured suites (a later suite overrides an earlier)."""
+    found: dict[str, Path] = {}
+    for suite in [REPO_TASKS, *suites]:
+        if not suite.is_dir():  # the pasted-tasks folder before anything was pasted
+            continue
+        for task_dir in discover_tasks(suite):
+            found[task_dir.name] = task_dir
+    return found

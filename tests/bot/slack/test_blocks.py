@@ -1,0 +1,137 @@
+"""Block Kit rendering for session threads: within Slack's limits, buttons bound to their step."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bot.slack.outbound.event_data import evaluation_outcome
+from bot.slack.outbound.thread_ops import Card, EventView, SessionView, ops_for
+from bot.slack.views.home import HomeSession, build_home
+from bot.slack.views.session import (
+    MAX_BLOCKS,
+    SECTION_LIMIT,
+    answered,
+    auto_summary,
+    plan_message,
+    progress_text,
+    result_card,
+    search_summary,
+    session_root,
+    split_text,
+)
+from bot.speedup import evaluation_speedup
+from storage.models import Evaluation
+
+# An estimate whose likely range includes 1 (no clear gain), and one whose whole range is a gain.
+UNCLEAR = {"speedup": 1.04, "method": "estimated", "band": [0.9, 1.2]}
+CLEAR = {"speedup": 2.0, "method": "estimated", "band": [1.6, 2.5]}
+
+
+def _texts(payload: dict) -> list[str]:
+    return [b["text"]["text"] for b in payload["blocks"] if b["type"] == "section"]
+
+
+def test_long_text_is_split_at_line_ends_within_the_section_limit() -> None:
+    text = "\n".join(f"line {i} " + "x" * 90 for i in range(200))
+    pieces = split_text(text)
+    assert all(len(p) <= SECTION_LIMIT for p in pieces) and len(pieces) > 1
+    assert "".join(p + "\n" for p in pieces).rstrip("\n") == text
+    assert all(len(p) <= SECTION_LIMIT for p in split_text("y" * 10_000))  # one line longer than a section
+
+
+def test_a_plan_has_the_four_buttons_bound_to_its_step() -> None:
+    payload = plan_message(session_id="s1", step=3, plan="## Analysis\nmemory-bound")
+    actions = next(b for b in payload["blocks"] if b["type"] == "actions")
+    assert [e["action_id"] for e in actions["elements"]] == ["approve", "redirect", "handoff", "cancel"]
+    assert all(json.loads(e["value"]) == {"session": "s1", "step": 3} for e in actions["elements"])
+
+
+def test_a_huge_plan_stays_within_the_block_limit() -> None:
+    payload = plan_message(session_id="s1", step=1, plan="\n".join("z" * 2900 for _ in range(80)))
+    assert len(payload["blocks"]) <= MAX_BLOCKS
+    assert all(len(t) <= SECTION_LIMIT for t in _texts(payload))
+
+
+def test_an_answered_message_loses_its_buttons_and_says_who_and_when() -> None:
+    payload = answered(plan_message(session_id="s1", step=1, plan="p"), decision="approved", user="U1",
+                       at=1796000000.0)
+    assert not any(b["type"] == "actions" for b in payload["blocks"])
+    assert "Approved by <@U1> at" in json.dumps(payload)
+
+
+def test_result_card_root_and_progress() -> None:
+    card = result_card(session_id="s1", step=5, outcome={"verdict": "ok", "message": "ok: x1.5", "speedup": 1.5,
+                                                          "method": "estimated"})
+    assert "*Result: ok*  x1.50 estimated" in _texts(card)[0]
+    assert [e["action_id"] for e in card["blocks"][-1]["elements"]] == ["iterate", "redirect", "handoff", "finish"]
+    root = session_root(session_id="s1", task="softmax", target="v6e", mode="hitl", owner="U1", status="planning")
+    assert "status: planning" in json.dumps(root) and "<@U1>" in json.dumps(root)
+    assert progress_text("correctness") == "queued → compiling → *testing* → profiling"
+
+
+_CARDS = {
+    "result card": lambda o: result_card(session_id="s1", step=5, outcome={"verdict": "ok", **o}),
+    "auto summary": lambda o: auto_summary(session_id="s1", step=7, outcome={
+        "verdict": "ok", "improved": True, "evaluations": 3, "stop_reason": "plateau", **o}),
+    "search summary": lambda o: search_summary(outcome={"improved": True, "evaluations": 6, "duplicates": 1, **o}),
+}
+
+
+@pytest.mark.parametrize("card", sorted(_CARDS))
+def test_an_estimates_likely_range_is_on_the_card_and_a_range_holding_1_is_no_clear_gain(card: str) -> None:
+    unclear = _CARDS[card](UNCLEAR)
+    text = _texts(unclear)[0]
+    assert "x1.04 estimated, likely x0.90-x1.20: no clear gain" in text
+    assert "no clear gain" in unclear["text"]  # the notification says so too
+    clear = _texts(_CARDS[card](CLEAR))[0]
+    assert "x2.00 estimated, likely x1.60-x2.50" in clear and "no clear gain" not in clear
+    measured = _texts(_CARDS[card]({"speedup": 2.1, "method": "measured", "band": None}))[0]
+    assert "x2.10 measured" in measured and "likely" not in measured
+
+
+def test_the_cards_outcome_carries_the_band_of_the_stored_result_or_of_the_step() -> None:
+    result = {"verdict": "ok", "performance": {"speedup": 1.04, "method": "estimated", "band": [0.9, 1.2],
+                                               "candidate": 1.0, "reference": 1.04}}
+    assert evaluation_outcome({"verdict": "ok"}, result)["band"] == [0.9, 1.2]
+    assert evaluation_outcome({"verdict": "ok", **CLEAR}, None)["band"] == [1.6, 2.5]  # no stored result
+    old = {"verdict": "ok", "performance": {"speedup": 1.5, "method": "estimated"}}  # stored before bands
+    assert evaluation_outcome({"verdict": "ok"}, old)["band"] is None
+
+
+def _finished(kind: str, payload: dict, card: Card | None = None) -> EventView:
+    session = SessionView(id="s1", mode="search" if kind == "search_finished" else "auto", status="done",
+                          task="softmax", target="v6e", owner="U1")
+    return EventView(id=1, kind=kind, payload=payload, at=0.0, session=session, card=card)
+
+
+def _root_status(ops: list) -> str:
+    return json.dumps(next(op for op in ops if getattr(op, "key", "") == "root").payload)
+
+
+def test_the_roots_last_status_gives_the_best_kernels_range() -> None:
+    unclear = {"evaluations": 6, "best_speedup": 1.04, "best_method": "estimated", "best_band": [0.9, 1.2]}
+    ops = ops_for(_finished("search_finished", unclear, Card("summary", 0, outcome={"improved": True, **UNCLEAR})))
+    assert "search finished after 6 evaluation(s): best x1.04 estimated, likely x0.90-x1.20: no clear gain" \
+        in _root_status(ops)
+    clear = {"evaluations": 2, "best_speedup": 2.0, "best_method": "estimated", "best_band": [1.6, 2.5],
+             "best_candidate_id": None}
+    status = _root_status(ops_for(_finished("hitl_finished", clear)))
+    assert "best x2.00 estimated, likely x1.60-x2.50" in status and "no clear gain" not in status
+    old = _root_status(ops_for(_finished("hitl_finished", {"best_speedup": 2.0})))  # an event from before bands
+    assert "finished: best x2.00" in old
+
+
+def test_the_app_home_shows_the_best_kernels_range() -> None:
+    def shown(result: dict | None) -> str:
+        e = Evaluation(task="softmax", target="v6e", verdict="ok", stage="done", speedup=1.04, method="estimated",
+                       result=result)
+        home = build_home(user="U1", recent=[HomeSession("s1", "auto", "softmax", "v6e", "done", "U1", None, None,
+                                                         best=evaluation_speedup(e))], pending=[])
+        return json.dumps(home)
+
+    assert "best x1.04 estimated, likely x0.90-x1.20: no clear gain" in shown({"performance": {"band": [0.9, 1.2]}})
+    clear = shown({"performance": {"band": [1.01, 1.1]}})
+    assert "likely x1.01-x1.10" in clear and "no clear gain" not in clear
+    assert "best x1.04 estimated" in shown(None) and "likely" not in shown(None)  # a row from before bands
