@@ -7,7 +7,10 @@ from typing import Annotated
 
 import typer
 
-from bot.cli.checks import COMPILE_TIMEOUT_S
+from bot.cli.checks.compile import COMPILE_TIMEOUT_S
+from bot.cli.checks.report import as_json as checks_json
+from bot.cli.checks.report import exit_code, render_checks
+from bot.cli.checks.run import run_checks
 from bot.cli.common import AsJson, console, get_settings, run_command
 
 _app = typer.Typer()
@@ -39,9 +42,6 @@ def doctor_command(
                                                    "before it is stopped and reported.", min=0.01)] = COMPILE_TIMEOUT_S,
 ) -> None:
     def run() -> int:
-        from bot.cli.checks import as_json as checks_json
-        from bot.cli.checks import exit_code, render_checks, run_checks
-
         checks = run_checks(get_settings, skip_compile=skip_compile, compile_timeout=compile_timeout)
         if as_json:
             print(json.dumps(checks_json(checks), indent=1))

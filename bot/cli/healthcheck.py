@@ -76,7 +76,7 @@ def assess(args: list[str], settings: Settings) -> tuple[bool, str]:
         return http_health(args)
     if role is None:
         return True, "not serve or runner: nothing to check"
-    from bot.cli.checks import check_database
+    from bot.cli.checks.database import check_database
 
     database = check_database(settings)
     if database.status == "fail":

@@ -14,27 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli.checks import (
-    MANIFEST,
-    SLACK_SCOPES,
-    Check,
-    as_json,
-    check_anthropic,
-    check_compile,
-    check_database,
+from bot.cli.checks.anthropic import check_anthropic
+from bot.cli.checks.compile import check_compile
+from bot.cli.checks.database import check_database
+from bot.cli.checks.install import (
     check_hardware,
     check_libtpu,
     check_python,
     check_settings,
-    check_slack,
-    check_slack_scopes,
-    exit_code,
     libtpu_requirement,
-    manifest_scopes,
-    render_checks,
-    run_checks,
     version_matches,
 )
+from bot.cli.checks.report import Check, as_json, exit_code, render_checks
+from bot.cli.checks.run import run_checks
+from bot.cli.checks.slack import MANIFEST, SLACK_SCOPES, check_slack, check_slack_scopes, manifest_scopes
 from storage.database import open_database
 from storage.engine import make_engine
 from storage.migrate import head_revision, upgrade
