@@ -1,36 +1,143 @@
-"""The layering holds: bot -> agents -> tpu_runner -> storage, arrows pointing down only."""
+"""The layering holds: bot -> agents -> tpu_runner -> storage, arrows pointing down only; inside bot/, the terminal
+and Slack stand side by side on what both share; and no module imports, however indirectly, one that imports it."""
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO
 
+PACKAGES = ("bot", "agents", "tpu_runner", "storage")
 BELOW = {"storage": set(), "tpu_runner": {"storage"}, "agents": {"tpu_runner", "storage"},
          "bot": {"agents", "tpu_runner", "storage"}}
+# Inside bot/: which surfaces each part may import (modules directly in bot/ are what both surfaces share).
+BOT_PARTS = {"bot.cli": {"bot.cli", "bot.slack", "bot"}, "bot.slack": {"bot.slack", "bot"}, "bot": {"bot"}}
 
 
-def _imports(path) -> set[str]:  # type: ignore[no-untyped-def]
-    tree = ast.parse(path.read_text())
-    names: set[str] = set()
-    for node in ast.walk(tree):
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            if "migrations" in path.parts:
+                continue
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imported_names(module: str, path: Path) -> Iterator[str]:
+    """Every dotted name a module imports, at any depth of its code (function-level imports count too)."""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            names |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.add(node.module.split(".")[0])
-    return names
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def _ours(name: str) -> str | None:
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        targets = {_ours(name) for name in _imported_names(module, path)}
+        graph[module] = {t for t in targets if t and t != module}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan's algorithm, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    circles.append(sorted(component))
+    return circles
 
 
 @pytest.mark.parametrize("package", sorted(BELOW))
 def test_a_package_imports_only_the_layers_below_it(package: str) -> None:
-    ours = set(BELOW)
     wrong = {}
-    for path in sorted((REPO / package).rglob("*.py")):
-        if "migrations" in path.parts:
+    for module, targets in _graph().items():
+        if module.split(".")[0] != package:
             continue
-        upward = (_imports(path) & ours) - BELOW[package] - {package}
+        upward = {t.split(".")[0] for t in targets} - BELOW[package] - {package}
         if upward:
-            wrong[str(path.relative_to(REPO))] = sorted(upward)
+            wrong[module] = sorted(upward)
     assert not wrong, f"{package} imports layers above it: {wrong}"
+
+
+def _bot_part(module: str) -> str:
+    return ".".join(module.split(".")[:2]) if module.split(".")[:2] in (["bot", "cli"], ["bot", "slack"]) else "bot"
+
+
+def test_slack_never_imports_the_terminal_and_shared_modules_import_neither() -> None:
+    wrong = {}
+    for module, targets in _graph().items():
+        if not module.startswith("bot"):
+            continue
+        part = _bot_part(module)
+        bad = sorted(t for t in targets if t.startswith("bot") and _bot_part(t) not in BOT_PARTS[part])
+        if bad:
+            wrong[module] = bad
+    assert not wrong, f"bot/ parts import a surface they stand beside: {wrong}"
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    circles = _circles(_graph())
+    assert not circles, f"import circles (each a set of modules that import each other): {circles}"
+
+
+def test_the_circle_finder_finds_a_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _circles(graph) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []

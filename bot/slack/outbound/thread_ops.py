@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from bot.slack.views import kit
 from bot.slack.views import session as blocks
 from bot.speedup import speedup_text
 
@@ -214,7 +215,7 @@ def ops_for(event: EventView) -> list[Op]:
         return [_cycle(event, stage=stage)]
     if event.kind == "hitl_paused" and event.card is not None:
         ops: list[Op] = []
-        if event.card.kind == "plan" and blocks.too_long(event.card.plan):
+        if event.card.kind == "plan" and kit.too_long(event.card.plan):
             ops.append(Upload(f"file:plan_{event.card.step}.md", f"plan_step{event.card.step}.md",
                               event.card.plan.encode(), "the full plan", "The plan in full:"))
         if event.chart:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from bot.slack.views.kit import thread_link
-from bot.slack.views.session import MAX_BLOCKS
+from bot.slack.views.kit import MAX_BLOCKS, Payload, context, header, section, thread_link
 
 WAITING = {"await_approval": "a plan to approve", "await_decision": "a result to decide on"}
 
@@ -32,22 +30,18 @@ def _line(item: HomeSession) -> str:
             + (f" - {link}" if link else ""))
 
 
-def build_home(*, user: str, recent: list[HomeSession], pending: list[HomeSession]) -> dict[str, Any]:
-    blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": "kernelbot"}},
-        {"type": "section", "text": {"type": "mrkdwn", "text": "Agents that write and tune TPU kernels in JAX "
-                                     "Pallas. `/kernel help` in any channel lists the commands."}},
-        {"type": "header", "text": {"type": "plain_text", "text": "Waiting for you"}},
-    ]
+def build_home(*, user: str, recent: list[HomeSession], pending: list[HomeSession]) -> Payload:
+    blocks = [header("kernelbot"),
+              section("Agents that write and tune TPU kernels in JAX Pallas. `/kernel help` in any channel lists the "
+                      "commands."),
+              header("Waiting for you")]
     if pending:
-        blocks += [{"type": "section", "text": {"type": "mrkdwn", "text": f"{_line(p)}\nwaits for "
-                                                f"{WAITING.get(p.waiting_for or '', 'you')}"}} for p in pending[:15]]
+        blocks += [section(f"{_line(p)}\nwaits for {WAITING.get(p.waiting_for or '', 'you')}") for p in pending[:15]]
     else:
-        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": "Nothing waits for you."}]})
-    blocks.append({"type": "header", "text": {"type": "plain_text", "text": "Recent sessions"}})
+        blocks.append(context("Nothing waits for you."))
+    blocks.append(header("Recent sessions"))
     if recent:
-        blocks += [{"type": "section", "text": {"type": "mrkdwn", "text": _line(r)}} for r in recent]
+        blocks += [section(_line(r)) for r in recent]
     else:
-        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": "No sessions yet: "
-                                                        "`/kernel new TASK` starts one."}]})
+        blocks.append(context("No sessions yet: `/kernel new TASK` starts one."))
     return {"type": "home", "blocks": blocks[:MAX_BLOCKS]}

@@ -13,12 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from agents.port import NAME_MAX_CHARS, SourceError, check_name, detect_kind
-from bot.slack.views.kit import ACTION
-from bot.slack.views.kit import context as _context
-from bot.slack.views.kit import section as _section
-from bot.slack.views.kit import text as _text
-from bot.slack.views.kit import text_input as _text_input
-from bot.slack.views.kit import unfenced as _unfenced
+from bot.slack.views.kit import (
+    ACTION,
+    actions,
+    button,
+    context,
+    modal,
+    section,
+    text,
+    text_input,
+    unfenced,
+)
 from tpu_runner.porting import PORT_SECONDS, PortResult
 
 PORT_CALLBACK = "port_kernel"
@@ -33,7 +38,7 @@ FILE_MAX_BYTES = 1_000_000
 FILE_TYPES = ("py", "cu", "cuh")
 KINDS = {"pytorch": "PyTorch module", "cuda": "CUDA source", "triton": "Triton kernel"}
 PASTED = "the paste"  # what a pasted source is called in messages about it
-_TITLE = {"type": "plain_text", "text": "Port a kernel"}
+_TITLE = "Port a kernel"
 _SHOWN_ARGUMENTS = 20
 
 
@@ -108,31 +113,31 @@ def port_form(*, channel: str, values: PortSubmission | None = None, error: str 
     blocks: list[dict[str, Any]] = []
     if error:
         again = " Upload the file again: Slack does not keep it in the form." if values and values.files else ""
-        blocks.append(_section(f":warning: *It was not ported; nothing was written.* Fix it below and submit again."
+        blocks.append(section(f":warning: *It was not ported; nothing was written.* Fix it below and submit again."
                                f"{again}\n```{error[:2500]}```"))
-    blocks.append(_context(
+    blocks.append(context(
         "A PyTorch module in the KernelBench format (`class Model(nn.Module)` with `forward`, `get_inputs()` and "
         "`get_init_inputs()`) becomes a task whose JAX reference is the module's own program, through torchax, "
         "checked against PyTorch. A CUDA or Triton source is translated by the LLM brain; give the PyTorch module "
         "of the same operation to have the translation checked against it."))
     blocks += [
-        _text_input(NAME, "Task name", value=values.name if values else None, optional=False,
+        text_input(NAME, "Task name", value=values.name if values else None, optional=False,
                     max_length=NAME_MAX_CHARS, placeholder="my_layernorm",
                     hint="Lowercase letters, digits and underscores. `/kernel new NAME` finds the task later."),
-        _text_input(SOURCE, "Paste the kernel", value=values.source if values else None, optional=True,
+        text_input(SOURCE, "Paste the kernel", value=values.source if values else None, optional=True,
                     multiline=True, max_length=SOURCE_MAX_CHARS,
                     placeholder="class Model(nn.Module): ...  def get_inputs(): ...  def get_init_inputs(): ...",
                     hint=f"Up to {SOURCE_MAX_CHARS} characters; for a longer one, upload the file below."),
-        {"type": "input", "block_id": FILE, "label": _text("… or upload it"), "optional": True,
+        {"type": "input", "block_id": FILE, "label": text("… or upload it"), "optional": True,
          "element": {"type": "file_input", "action_id": ACTION, "filetypes": list(FILE_TYPES), "max_files": 1},
-         "hint": _text(f"One .py (PyTorch or Triton) or .cu file, up to {FILE_MAX_BYTES // 1_000_000} MB.")},
-        _text_input(TORCH_REFERENCE, "PyTorch reference (for CUDA or Triton)",
+         "hint": text(f"One .py (PyTorch or Triton) or .cu file, up to {FILE_MAX_BYTES // 1_000_000} MB.")},
+        text_input(TORCH_REFERENCE, "PyTorch reference (for CUDA or Triton)",
                     value=values.torch_reference if values else None, optional=True, multiline=True,
                     max_length=SOURCE_MAX_CHARS, placeholder="class Model(nn.Module): ...",
                     hint="Optional. Without it the brain's JAX reference is not verified by an oracle."),
     ]
-    return {"type": "modal", "callback_id": PORT_CALLBACK, "private_metadata": _metadata(channel=channel),
-            "title": _TITLE, "submit": _text("Port"), "close": _text("Cancel"), "blocks": blocks}
+    return modal(callback_id=PORT_CALLBACK, title=_TITLE, submit="Port", private_metadata=_metadata(channel=channel),
+                 blocks=blocks)
 
 
 def porting_view(submission: PortSubmission) -> dict[str, Any]:
@@ -143,15 +148,11 @@ def porting_view(submission: PortSubmission) -> dict[str, Any]:
         what = ("running the module in PyTorch and through torchax in a sandbox, then checking the written JAX "
                 "reference against PyTorch" if kind == "pytorch" else
                 f"the brain is writing a JAX reference from the {KINDS[kind]}")
-    return {
-        "type": "modal", "callback_id": PORTING_CALLBACK, "private_metadata": _metadata(channel=submission.channel),
-        "title": _TITLE, "close": _text("Close"),
-        "blocks": [
-            _section(f":hourglass_flowing_sand: Porting *{submission.name}*: {what} (up to {PORT_SECONDS} s)."),
-            _context("This view changes when it is done: to the new task, with buttons to start a session on it, "
-                     "or back to the form with what went wrong."),
-        ],
-    }
+    return modal(callback_id=PORTING_CALLBACK, title=_TITLE, close="Close",
+                 private_metadata=_metadata(channel=submission.channel), blocks=[
+                     section(f":hourglass_flowing_sand: Porting *{submission.name}*: {what} (up to {PORT_SECONDS} s)."),
+                     context("This view changes when it is done: to the new task, with buttons to start a session on "
+                             "it, or back to the form with what went wrong.")])
 
 
 def start_value(*, task: str, channel: str) -> str:
@@ -184,23 +185,19 @@ def ported_view(result: PortResult, *, channel: str, kind: str, source_name: str
     outputs = ", ".join(f"`{o}`" for o in result.outputs) or "none reported"
     value = start_value(task=result.name, channel=channel)
     blocks = [
-        _section(f":white_check_mark: Ported *{result.name}* from the {KINDS.get(kind, kind)} `{source_name}`. "
+        section(f":white_check_mark: Ported *{result.name}* from the {KINDS.get(kind, kind)} `{source_name}`. "
                  f"The task is saved: `/kernel new {result.name}` finds it later."),
-        _section("*Signature* (`computation`'s arguments):\n" + "\n".join(arguments) + f"\n*Returns* {outputs}"),
-        _section(_verification(result)),
+        section("*Signature* (`computation`'s arguments):\n" + "\n".join(arguments) + f"\n*Returns* {outputs}"),
+        section(_verification(result)),
     ]
     notes = [n for n in result.notes if not n.startswith("not verified by an oracle")]  # said above
     if notes:
-        blocks.append(_context(" ".join(notes)[:2000]))
-    blocks.append({"type": "actions", "block_id": "start", "elements": [
-        {"type": "button", "action_id": START_HITL, "text": _text("Start a HITL session"), "value": value,
-         "style": "primary"},
-        {"type": "button", "action_id": START_AUTO, "text": _text("Start an Auto session"), "value": value},
-    ]})
-    blocks.append(_context(f"The session's thread goes to <#{channel}>."))
-    return {"type": "modal", "callback_id": PORTED_CALLBACK,
-            "private_metadata": _metadata(channel=channel, task=result.name), "title": _TITLE,
-            "close": _text("Close"), "blocks": blocks}
+        blocks.append(context(" ".join(notes)[:2000]))
+    blocks.append(actions("start", [button("Start a HITL session", START_HITL, value, "primary"),
+                                    button("Start an Auto session", START_AUTO, value)]))
+    blocks.append(context(f"The session's thread goes to <#{channel}>."))
+    return modal(callback_id=PORTED_CALLBACK, title=_TITLE, close="Close",
+                 private_metadata=_metadata(channel=channel, task=result.name), blocks=blocks)
 
 
 def started_view(session_id: str, *, mode: str, task: str, channel: str, target: str, brain: str) -> dict[str, Any]:
@@ -210,17 +207,15 @@ def started_view(session_id: str, *, mode: str, task: str, channel: str, target:
     else:
         what = (f"Started Auto session `{session_id}` on *{task}* ({target}, {brain} brain). Its thread is in "
                 f"<#{channel}>: one message there follows each iteration, then the summary.")
-    return {"type": "modal", "callback_id": STARTED_CALLBACK,
-            "private_metadata": _metadata(channel=channel, session=session_id), "title": _TITLE,
-            "close": _text("Close"), "blocks": [
-                _section(f":white_check_mark: {what}"),
-                _context(f"`/kernel new {task}` or `/kernel auto {task}` starts another session on it."),
-            ]}
+    return modal(callback_id=STARTED_CALLBACK, title=_TITLE, close="Close",
+                 private_metadata=_metadata(channel=channel, session=session_id), blocks=[
+                     section(f":white_check_mark: {what}"),
+                     context(f"`/kernel new {task}` or `/kernel auto {task}` starts another session on it.")])
 
 
 def start_failed_view(*, task: str, error: str) -> dict[str, Any]:
-    return {"type": "modal", "callback_id": STARTED_CALLBACK, "title": _TITLE, "close": _text("Close"),
-            "blocks": [_section(f":warning: No session was started on *{task}*: {error}")]}
+    return modal(callback_id=STARTED_CALLBACK, title=_TITLE, close="Close",
+                 blocks=[section(f":warning: No session was started on *{task}*: {error}")])
 
 
 # --- reading and checking a submission ------------------------------------------------------------------------------
@@ -238,8 +233,8 @@ def parse_submission(view: dict[str, Any]) -> PortSubmission:
     files = tuple(UploadedFile(id=str(f.get("id", "")), name=str(f.get("name") or f.get("title") or "upload"))
                   for f in state(FILE).get("files") or [] if f.get("id"))
     return PortSubmission(name=str(state(NAME).get("value") or "").strip(),
-                          source=_unfenced(str(state(SOURCE).get("value") or "")), files=files,
-                          torch_reference=_unfenced(str(state(TORCH_REFERENCE).get("value") or "")),
+                          source=unfenced(str(state(SOURCE).get("value") or "")), files=files,
+                          torch_reference=unfenced(str(state(TORCH_REFERENCE).get("value") or "")),
                           channel=str(meta.get("channel", "")))
 
 

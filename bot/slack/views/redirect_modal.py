@@ -5,25 +5,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from bot.slack.views.kit import Payload, modal, section, text_input
+
 REDIRECT_CALLBACK = "redirect"
 REDIRECT_BLOCK = "instructions"
 
 
-def redirect_modal(*, session_id: str, step: int | None, channel: str) -> dict[str, Any]:
-    return {
-        "type": "modal", "callback_id": REDIRECT_CALLBACK,
-        "private_metadata": json.dumps({"session": session_id, "step": step, "channel": channel}),
-        "title": {"type": "plain_text", "text": "Redirect the agent"},
-        "submit": {"type": "plain_text", "text": "Redirect"},
-        "close": {"type": "plain_text", "text": "Cancel"},
-        "blocks": [
-            {"type": "section", "text": {"type": "mrkdwn", "text": f"Session `{session_id}`: say what to do "
-                                         "instead; the planner reads it for its next plan."}},
-            {"type": "input", "block_id": REDIRECT_BLOCK, "label": {"type": "plain_text", "text": "Instructions"},
-             "element": {"type": "plain_text_input", "action_id": "text", "multiline": True, "max_length": 3000,
-                         "placeholder": {"type": "plain_text", "text": "e.g. block 256x512, vmem 96"}}},
-        ],
-    }
+def redirect_modal(*, session_id: str, step: int | None, channel: str) -> Payload:
+    return modal(callback_id=REDIRECT_CALLBACK, title="Redirect the agent", submit="Redirect",
+                 private_metadata=json.dumps({"session": session_id, "step": step, "channel": channel}),
+                 blocks=[section(f"Session `{session_id}`: say what to do instead; the planner reads it for its next "
+                                 "plan."),
+                         text_input(REDIRECT_BLOCK, "Instructions", value=None, multiline=True, max_length=3000,
+                                    placeholder="e.g. block 256x512, vmem 96", action_id="text")])
 
 
 def redirect_submission(view: dict[str, Any]) -> tuple[str, int | None, str, str]:

@@ -15,13 +15,16 @@ from typing import Any
 import yaml
 
 from agents.brains import BRAINS
-from bot.slack.views.kit import ACTION
-from bot.slack.views.kit import context as _context
-from bot.slack.views.kit import option as _option
-from bot.slack.views.kit import section as _section
-from bot.slack.views.kit import text as _text
-from bot.slack.views.kit import text_input as _text_input
-from bot.slack.views.kit import unfenced as _unfenced
+from bot.slack.views.kit import (
+    ACTION,
+    context,
+    modal,
+    option,
+    section,
+    text,
+    text_input,
+    unfenced,
+)
 from tpu_runner.hardware import CHIPS
 from tpu_runner.reference_check import CHECK_SECONDS, ReferenceCheck
 
@@ -33,7 +36,7 @@ REFERENCE_MAX_CHARS = 3000  # Slack's limit for a plain_text_input
 NAME_MAX_CHARS = 48
 DEFAULT_TOLERANCE = "1e-3"
 _NAME = re.compile(rf"[a-z][a-z0-9_]{{0,{NAME_MAX_CHARS - 1}}}")
-_TITLE = {"type": "plain_text", "text": "New kernel task"}
+_TITLE = "New kernel task"
 _SHOWN_CONFIGURATIONS = 10
 
 
@@ -64,12 +67,12 @@ class ReferenceSubmission:
 
 
 def _target_options() -> list[dict[str, Any]]:
-    return [_option(name, f"{name} ({chip.device_kind})") for name, chip in CHIPS.items()]
+    return [option(name, f"{name} ({chip.device_kind})") for name, chip in CHIPS.items()]
 
 
 def _brain_options() -> list[dict[str, Any]]:
     labels = {"offline": "offline (templates, no LLM)", "anthropic": "anthropic (Claude)"}
-    return [_option(name, labels.get(name, name)) for name in BRAINS]
+    return [option(name, labels.get(name, name)) for name in BRAINS]
 
 
 
@@ -77,14 +80,14 @@ def _brain_options() -> list[dict[str, Any]]:
 def _select(block_id: str, label: str, options: list[dict[str, Any]], *, selected: str | None, optional: bool,
             hint: str | None = None) -> dict[str, Any]:
     element: dict[str, Any] = {"type": "static_select", "action_id": ACTION, "options": options,
-                               "placeholder": _text("Choose")}
+                               "placeholder": text("Choose")}
     initial = next((o for o in options if o["value"] == selected), None)
     if initial:
         element["initial_option"] = initial
-    block: dict[str, Any] = {"type": "input", "block_id": block_id, "label": _text(label), "element": element,
+    block: dict[str, Any] = {"type": "input", "block_id": block_id, "label": text(label), "element": element,
                              "optional": optional}
     if hint:
-        block["hint"] = _text(hint)
+        block["hint"] = text(hint)
     return block
 
 
@@ -93,44 +96,38 @@ def reference_form(*, channel: str, values: ReferenceSubmission | None = None, e
     """The modal; with `values` it shows what was typed, with `error` why the last submission did not start."""
     blocks: list[dict[str, Any]] = []
     if error:
-        blocks.append(_section(f":warning: *The reference did not pass the check; nothing was started.* Fix it below "
+        blocks.append(section(f":warning: *The reference did not pass the check; nothing was started.* Fix it below "
                                f"and submit again.\n```{error[:2600]}```"))
-    blocks.append(_context("A JaxBench reference: `computation(*dynamic, *static)` in pure JAX and `get_inputs()` "
+    blocks.append(context("A JaxBench reference: `computation(*dynamic, *static)` in pure JAX and `get_inputs()` "
                            "returning `([arrays], [static args])` (or a list of such pairs); optionally "
                            "`get_test_inputs()` with small inputs for the correctness check. It is checked in a "
                            f"sandbox (up to {CHECK_SECONDS} s) before the session starts."))
     blocks += [
-        _text_input(NAME, "Task name", value=values.name if values else None, max_length=NAME_MAX_CHARS,
+        text_input(NAME, "Task name", value=values.name if values else None, max_length=NAME_MAX_CHARS,
                     placeholder="my_softmax",
                     hint="Lowercase letters, digits and underscores. `/kernel new NAME` finds the task later."),
-        _text_input(REFERENCE, "Reference (reference.py)", value=values.reference if values else None,
+        text_input(REFERENCE, "Reference (reference.py)", value=values.reference if values else None,
                     multiline=True, max_length=REFERENCE_MAX_CHARS,
                     placeholder="def computation(x): ...  def get_inputs(): return [x], []"),
-        _text_input(ATOL, "Absolute tolerance (atol)", value=values.atol if values else DEFAULT_TOLERANCE,
+        text_input(ATOL, "Absolute tolerance (atol)", value=values.atol if values else DEFAULT_TOLERANCE,
                     max_length=32),
-        _text_input(RTOL, "Relative tolerance (rtol)", value=values.rtol if values else DEFAULT_TOLERANCE,
+        text_input(RTOL, "Relative tolerance (rtol)", value=values.rtol if values else DEFAULT_TOLERANCE,
                     max_length=32),
         _select(TARGET, "Target", _target_options(), selected=values.target if values else target, optional=False),
         _select(BRAIN, "Brain", _brain_options(), selected=values.brain if values else None, optional=True,
                 hint="Empty: anthropic when this deployment has an API key, else offline."),
     ]
-    return {
-        "type": "modal", "callback_id": REFERENCE_CALLBACK, "private_metadata": json.dumps({"channel": channel}),
-        "title": _TITLE, "submit": _text("Check and start"), "close": _text("Cancel"), "blocks": blocks,
-    }
+    return modal(callback_id=REFERENCE_CALLBACK, title=_TITLE, submit="Check and start",
+                 private_metadata=json.dumps({"channel": channel}), blocks=blocks)
 
 
 def checking_view(submission: ReferenceSubmission) -> dict[str, Any]:
-    return {
-        "type": "modal", "callback_id": CHECKING_CALLBACK,
-        "private_metadata": json.dumps({"channel": submission.channel}), "title": _TITLE, "close": _text("Close"),
-        "blocks": [
-            _section(f":hourglass_flowing_sand: Checking *{submission.name}*: importing the reference, tracing "
-                     f"`get_inputs()` and `computation` in a sandbox (up to {CHECK_SECONDS} s)."),
-            _context("This view changes when the check is done: to the started session, or back to the form with "
-                     "what went wrong."),
-        ],
-    }
+    return modal(callback_id=CHECKING_CALLBACK, title=_TITLE, close="Close",
+                 private_metadata=json.dumps({"channel": submission.channel}), blocks=[
+                     section(f":hourglass_flowing_sand: Checking *{submission.name}*: importing the reference, "
+                             f"tracing `get_inputs()` and `computation` in a sandbox (up to {CHECK_SECONDS} s)."),
+                     context("This view changes when the check is done: to the started session, or back to the form "
+                             "with what went wrong.")])
 
 
 def started_view(session_id: str, *, submission: ReferenceSubmission, brain: str,
@@ -141,16 +138,15 @@ def started_view(session_id: str, *, submission: ReferenceSubmission, brain: str
     tested = (f"`computation` ran on {check.tested} `get_test_inputs()` configuration(s)." if check.tested else
               "No `get_test_inputs()`: the evaluator derives small inputs from `get_inputs()` for correctness.")
     blocks = [
-        _section(f":white_check_mark: Started HITL session `{session_id}` on *{submission.name}* "
+        section(f":white_check_mark: Started HITL session `{session_id}` on *{submission.name}* "
                  f"({submission.target}, {brain} brain). Its plan comes to a thread in <#{submission.channel}>: "
                  "approve or redirect it there."),
-        _section("*Inputs → outputs* (`get_inputs()` traced, `computation` on its shapes):\n" + "\n".join(pairs)),
-        _context(" ".join([tested, *check.notes])),
-        _context(f"The task is saved: `/kernel new {submission.name}` starts another session on it."),
+        section("*Inputs → outputs* (`get_inputs()` traced, `computation` on its shapes):\n" + "\n".join(pairs)),
+        context(" ".join([tested, *check.notes])),
+        context(f"The task is saved: `/kernel new {submission.name}` starts another session on it."),
     ]
-    return {"type": "modal", "callback_id": STARTED_CALLBACK,
-            "private_metadata": json.dumps({"channel": submission.channel, "session": session_id}),
-            "title": _TITLE, "close": _text("Close"), "blocks": blocks}
+    return modal(callback_id=STARTED_CALLBACK, title=_TITLE, close="Close",
+                 private_metadata=json.dumps({"channel": submission.channel, "session": session_id}), blocks=blocks)
 
 
 # --- reading and checking a submission ----------------------------------------------------------------------------
@@ -169,7 +165,7 @@ def parse_submission(view: dict[str, Any]) -> ReferenceSubmission:
         option = ((values.get(block) or {}).get(ACTION) or {}).get("selected_option") or {}
         return option.get("value") or None
 
-    return ReferenceSubmission(name=text(NAME).strip(), reference=_unfenced(text(REFERENCE).replace("\r\n", "\n")),
+    return ReferenceSubmission(name=text(NAME).strip(), reference=unfenced(text(REFERENCE).replace("\r\n", "\n")),
                                atol=text(ATOL).strip(), rtol=text(RTOL).strip(), target=selected(TARGET) or "",
                                brain=selected(BRAIN), channel=str(meta.get("channel", "")))
 

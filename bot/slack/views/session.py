@@ -8,15 +8,12 @@ so a click answers exactly the step it was shown for.
 from __future__ import annotations
 
 import json
-import re
 import time
 from typing import Any
 
+from bot.slack.views.kit import Block, Payload, actions, button, capped, context, mrkdwn, sections
 from bot.speedup import outcome_speedup
 
-SECTION_LIMIT = 3000
-MAX_BLOCKS = 50
-MESSAGE_TEXT_BUDGET = 10_000  # Slack refuses a message whose blocks hold about 12k characters (msg_blocks_too_long)
 STAGES = ("queued", "compiling", "testing", "profiling")
 _STAGE_OF = {"static": "compiling", "lower": "compiling", "compile": "compiling", "reference": "compiling",
              "correctness": "testing", "performance": "profiling", "profile": "profiling"}
@@ -26,81 +23,11 @@ DECISION_LABELS = {
     "handback": "Returned to HITL",
 }
 
-Block = dict[str, Any]
-Payload = dict[str, Any]
-
-
-def split_text(text: str, limit: int = SECTION_LIMIT) -> list[str]:
-    """Pieces of at most `limit` characters, cut at line ends where possible."""
-    pieces: list[str] = []
-    current = ""
-    for line in text.splitlines(keepends=True):
-        while len(line) > limit:
-            if current:
-                pieces.append(current)
-                current = ""
-            pieces.append(line[:limit])
-            line = line[limit:]
-        if len(current) + len(line) > limit:
-            pieces.append(current)
-            current = ""
-        current += line
-    if current or not pieces:
-        pieces.append(current)
-    return [p.rstrip("\n") or " " for p in pieces]
-
-
-def mrkdwn(markdown: str) -> str:
-    """Markdown as Slack shows it: headings and **bold** become *bold* (Slack prints `##` as it is)."""
-    text = re.sub(r"^#{1,6}\s+(.+?)\s*#*$", r"*\1*", markdown, flags=re.MULTILINE)
-    return re.sub(r"\*\*(\S(?:.*?\S)?)\*\*", r"*\1*", text)
-
-
-def _section(text: str) -> list[Block]:
-    return [{"type": "section", "text": {"type": "mrkdwn", "text": piece}} for piece in split_text(text)]
-
-
-def _context(text: str) -> Block:
-    return {"type": "context", "elements": [{"type": "mrkdwn", "text": text[:2900]}]}
-
-
-def _button(label: str, action: str, session_id: str, step: int | None, style: str | None = None) -> Block:
-    button: Block = {"type": "button", "text": {"type": "plain_text", "text": label}, "action_id": action,
-                     "value": json.dumps({"session": session_id, "step": step})}
-    if style:
-        button["style"] = style
-    return button
-
-
-def _actions(block_id: str, session_id: str, step: int | None, buttons: list[tuple[str, str, str | None]]) -> Block:
-    return {"type": "actions", "block_id": block_id,
-            "elements": [_button(label, action, session_id, step, style) for label, action, style in buttons]}
-
-
-def _text_size(block: Block) -> int:
-    if block["type"] == "section":
-        return len(block["text"]["text"])
-    return sum(len(e.get("text", "")) for e in block.get("elements", []) if isinstance(e.get("text"), str))
-
-
-def too_long(text: str) -> bool:
-    """Text that a message cannot carry whole: the full text goes in a file beside it."""
-    return len(text) > MESSAGE_TEXT_BUDGET - 1000
-
-
-def _capped(blocks: list[Block]) -> list[Block]:
-    """Within Slack's limits on blocks and on text, the actions (if any) kept last so the buttons survive a long
-    text; what is cut is said."""
-    actions = [b for b in blocks if b["type"] == "actions"]
-    body: list[Block] = []
-    budget = MESSAGE_TEXT_BUDGET - sum(_text_size(b) for b in actions) - 200
-    for block in (b for b in blocks if b["type"] != "actions"):
-        if len(body) >= MAX_BLOCKS - 1 - len(actions) or _text_size(block) > budget:
-            body.append(_context("_(truncated here: the full text is in the attached file)_"))
-            break
-        body.append(block)
-        budget -= _text_size(block)
-    return [*body, *actions]
+def _session_actions(block_id: str, session_id: str, step: int | None,
+                     buttons: list[tuple[str, str, str | None]]) -> Block:
+    """Buttons that carry their session and step, so a click answers exactly the step it was shown for."""
+    value = json.dumps({"session": session_id, "step": step})
+    return actions(block_id, [button(label, action, value, style) for label, action, style in buttons])
 
 
 def button_value(raw: str) -> tuple[str, int | None]:
@@ -119,21 +46,21 @@ def session_root(*, session_id: str, task: str, target: str, mode: str, owner: s
     """The thread's first message; its status line is edited in place as the session moves."""
     who = f"<@{owner}>" if owner else "someone"
     text = f"*{mode.upper()} session* `{session_id}` on *{task}* ({target}), started by {who}"
-    blocks = _section(text)
+    blocks = sections(text)
     if shapes:
-        blocks.append(_context(f"inputs: {shapes}"[:2000]))
-    blocks.append(_context(f"status: {status}"))
+        blocks.append(context(f"inputs: {shapes}"[:2000]))
+    blocks.append(context(f"status: {status}"))
     return {"text": f"{mode} session {session_id} on {task}: {status}", "blocks": blocks}
 
 
 # -- HITL cards -----------------------------------------------------------------------------------------------
 def plan_message(*, session_id: str, step: int, plan: str, redirect: str | None = None) -> Payload:
     heading = "*Plan*" + (f" (redirected: “{redirect.strip()[:300]}”)" if redirect else "")
-    blocks = _section(f"{heading}\n{mrkdwn(plan)}")
-    blocks.append(_actions(f"plan-{session_id}-{step}", session_id, step, [
+    blocks = sections(f"{heading}\n{mrkdwn(plan)}")
+    blocks.append(_session_actions(f"plan-{session_id}-{step}", session_id, step, [
         ("Approve", "approve", "primary"), ("Redirect…", "redirect", None), ("Hand off to Auto", "handoff", None),
         ("Cancel", "cancel", "danger")]))
-    return {"text": f"Plan for session {session_id}: approve, redirect, hand off or cancel", "blocks": _capped(blocks)}
+    return {"text": f"Plan for session {session_id}: approve, redirect, hand off or cancel", "blocks": capped(blocks)}
 
 
 def result_lines(outcome: dict[str, Any]) -> list[str]:
@@ -169,13 +96,13 @@ def result_card(*, session_id: str, step: int, outcome: dict[str, Any]) -> Paylo
     lines = result_lines(outcome)
     if outcome.get("profile_summary"):
         lines.append(f"```{outcome['profile_summary'][:2500]}```")
-    blocks = _section("\n".join(lines))
-    blocks.append(_actions(f"result-{session_id}-{step}", session_id, step, [
+    blocks = sections("\n".join(lines))
+    blocks.append(_session_actions(f"result-{session_id}-{step}", session_id, step, [
         ("Iterate", "iterate", "primary"), ("Redirect…", "redirect", None), ("Hand off to Auto", "handoff", None),
         ("Finish", "finish", None)]))
     verdict = outcome.get("verdict") or "unknown"
     return {"text": f"Result for session {session_id}: {verdict} {outcome_speedup(outcome)}".rstrip(),
-            "blocks": _capped(blocks)}
+            "blocks": capped(blocks)}
 
 
 def progress_text(stage: str) -> str:
@@ -188,7 +115,7 @@ def progress_message(*, title: str, stage: str, note: str = "", done: str = "") 
     """One message per implement-evaluate cycle, edited as the runner moves through the stages."""
     line = done or progress_text(stage)
     text = f"{title}: {line}" + (f"\n{note}" if note else "")
-    return {"text": f"{title}: {done or _STAGE_OF.get(stage, stage)}", "blocks": _section(text)}
+    return {"text": f"{title}: {done or _STAGE_OF.get(stage, stage)}", "blocks": sections(text)}
 
 
 # -- Auto -----------------------------------------------------------------------------------------------------
@@ -197,9 +124,9 @@ def auto_progress(*, session_id: str, iteration: int, max_iterations: int, doing
     """The one message an Auto run edits as it goes, with a button to take the session back."""
     text = (f"*Auto* iteration {iteration}/{max_iterations}: {doing}\n"
             f"{evaluations} evaluation(s) so far, best {best or 'none yet'}")
-    blocks = _section(text)
+    blocks = sections(text)
     if running:
-        blocks.append(_actions(f"auto-{session_id}", session_id, None, [("Return to HITL", "handback", None)]))
+        blocks.append(_session_actions(f"auto-{session_id}", session_id, None, [("Return to HITL", "handback", None)]))
     return {"text": f"Auto iteration {iteration}/{max_iterations}: {doing}", "blocks": blocks}
 
 
@@ -215,17 +142,17 @@ def auto_summary(*, session_id: str, step: int, outcome: dict[str, Any]) -> Payl
                 f"evaluation(s) (stopped: {outcome.get('stop_reason')})")
         buttons = [("Return to HITL", "handback", "primary")]
     lines = [head, *result_lines(outcome)[1:]] if outcome.get("verdict") else [head]
-    blocks = _section("\n".join(lines))
-    blocks.append(_actions(f"summary-{session_id}-{step}", session_id, step, buttons))
+    blocks = sections("\n".join(lines))
+    blocks.append(_session_actions(f"summary-{session_id}-{step}", session_id, step, buttons))
     return {"text": f"Auto finished for session {session_id}: {outcome_speedup(outcome) or 'no improvement'}",
-            "blocks": _capped(blocks)}
+            "blocks": capped(blocks)}
 
 
 # -- Search ---------------------------------------------------------------------------------------------------
 def search_progress(*, evaluations: int, budget: int, best: str, duplicates: int = 0) -> Payload:
     dup = f", {duplicates} duplicate(s) skipped" if duplicates else ""
     text = f"*Search*: {evaluations}/{budget} evaluations{dup}, best {best or 'none yet'}"
-    return {"text": f"Search: {evaluations}/{budget} evaluations, best {best or 'none yet'}", "blocks": _section(text)}
+    return {"text": f"Search: {evaluations}/{budget} evaluations, best {best or 'none yet'}", "blocks": sections(text)}
 
 
 def search_summary(*, outcome: dict[str, Any]) -> Payload:
@@ -238,12 +165,12 @@ def search_summary(*, outcome: dict[str, Any]) -> Payload:
     if outcome.get("path"):
         lines.append("strategies that led there: " + " → ".join(outcome["path"]))
     return {"text": f"Search finished: {outcome_speedup(outcome) or 'no improvement'}",
-            "blocks": _section("\n".join(lines))}
+            "blocks": sections("\n".join(lines))}
 
 
 # -- small things ---------------------------------------------------------------------------------------------
 def notice(text: str) -> Payload:
-    return {"text": text[:3000], "blocks": _section(text)}
+    return {"text": text[:3000], "blocks": sections(text)}
 
 
 def answered(message: Payload, *, decision: str, user: str, at: float, text: str | None = None) -> Payload:
@@ -252,5 +179,5 @@ def answered(message: Payload, *, decision: str, user: str, at: float, text: str
     label = DECISION_LABELS.get(decision, decision.capitalize())
     said = f": “{text.strip()[:500]}”" if text and text.strip() else ""
     kept = [b for b in message.get("blocks", []) if b.get("type") != "actions"]
-    kept.append(_context(f"{label} by <@{user}> at {stamp} UTC{said}"))
+    kept.append(context(f"{label} by <@{user}> at {stamp} UTC{said}"))
     return {"text": message.get("text", ""), "blocks": kept}

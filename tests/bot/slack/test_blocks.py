@@ -9,9 +9,8 @@ import pytest
 from bot.slack.outbound.event_data import evaluation_outcome
 from bot.slack.outbound.thread_ops import Card, EventView, SessionView, ops_for
 from bot.slack.views.home import HomeSession, build_home
+from bot.slack.views.kit import MAX_BLOCKS, SECTION_LIMIT, split_text
 from bot.slack.views.session import (
-    MAX_BLOCKS,
-    SECTION_LIMIT,
     answered,
     auto_summary,
     plan_message,
@@ -19,7 +18,6 @@ from bot.slack.views.session import (
     result_card,
     search_summary,
     session_root,
-    split_text,
 )
 from bot.speedup import evaluation_speedup
 from storage.models import Evaluation

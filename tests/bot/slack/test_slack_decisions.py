@@ -70,7 +70,7 @@ def test_adopting_auto_s_best_kernel_is_recorded_and_shown(bot: Bot) -> None:
     summary = bot.summary(sid)
     shown = buttons(summary)  # (the fake edits its messages in place)
     assert list(shown) == ["adopt", "search", "handback"] and "x2.00 estimated" in summary.text
-    names = [bot.slack.files[f]["name"] for m in bot.slack.outbound.thread_ops(sid) for f in m.files]
+    names = [bot.slack.files[f]["name"] for m in bot.thread(sid) for f in m.files]
     assert any(n.startswith("best_candidate_") for n in names)
     click(bot.url, action_id="adopt", value=buttons(summary)["adopt"], user="U6")  # not owner, not in S1
     told = wait_for("the refusal", lambda: [e for e in bot.slack.ephemeral if e["user"] == "U6"])
@@ -96,7 +96,7 @@ def test_continuing_with_a_search_starts_one_in_the_same_thread_from_the_best_ke
         record = sessions.get_session(s, session_id=sid)
     search = wait_for("the search session", lambda: _search_in(bot.engine, record.slack_thread_ts))
     root = wait_for("the search's root in the thread", lambda: next(
-        (m for m in bot.slack.outbound.thread_ops(sid) if "*SEARCH session*" in text_of(m)), None))
+        (m for m in bot.thread(sid) if "*SEARCH session*" in text_of(m)), None))
     assert root.thread_ts == record.slack_thread_ts  # a reply in the Auto session's thread, not a new thread
     with Session(bot.engine) as s:
         seed = s.exec(select(Candidate).where(Candidate.session_id == search.id)).first()
@@ -126,11 +126,11 @@ def test_returning_to_hitl_gives_the_result_card_back(bot: Bot) -> None:
     with Session(bot.engine) as s:
         assert [(j.kind, j.status) for j in s.exec(select(Job).where(Job.session_id == sid))] == [
             ("auto_session", "done"), ("hitl_advance", "done")]
-    card = wait_for("the result card again", lambda: next((m for m in bot.slack.outbound.thread_ops(sid)
+    card = wait_for("the result card again", lambda: next((m for m in bot.thread(sid)
                                                           if list(buttons(m))[:1] == ["iterate"]), None))
     assert "Result: ok" in text_of(card)
     click(bot.url, action_id="finish", value=buttons(card)["finish"], user="U1")
-    root = bot.slack.outbound.thread_ops(sid)[0]
+    root = bot.thread(sid)[0]
     wait_for("the finished root", lambda: "finished by <@U1>" in text_of(bot.slack.find("C1", root.ts)))
     wait_for("Finished by <@U1>", lambda: "Finished by <@U1>" in text_of(bot.slack.find("C1", card.ts)))
     with Session(bot.engine) as s:
