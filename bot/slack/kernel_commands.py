@@ -17,8 +17,11 @@ from agents.commands import cancel_session, start_session
 from agents.search import start_search
 from agents.search_decide import SearchConfig
 from bot.slack.listener_context import BotContext
+from bot.slack.schedule_commands import digest_reply, schedule_reply
 from bot.slack.slash import Command, UsageError, help_text
 from bot.slack.views.kit import thread_link
+from bot.slack.views.port_form import port_form
+from bot.slack.views.reference_form import reference_form
 from bot.task_suites import suite_tasks
 from storage import runners, sessions
 from storage.models import KernelSession, Step, now
@@ -79,13 +82,9 @@ class KernelCommands:
         return f"Started HITL session `{session_id}` on *{task.task_id}*; its plan comes to a thread here."
 
     def _reference_form(self, channel: str) -> Reply:
-        from bot.slack.views.reference_form import reference_form
-
         return OpenView(reference_form(channel=channel, target=self.ctx.settings.default_target))
 
     def do_port(self, command: Command, *, user: str, channel: str) -> Reply:
-        from bot.slack.views.port_form import port_form
-
         return OpenView(port_form(channel=channel))
 
     def do_auto(self, command: Command, *, user: str, channel: str) -> Reply:
@@ -149,13 +148,9 @@ class KernelCommands:
         return "\n".join(lines)
 
     def do_schedule(self, command: Command, *, user: str, channel: str) -> Reply:
-        from bot.slack.schedule_commands import schedule_reply
-
         return schedule_reply(self.ctx, command, user=user, channel=channel)
 
     def do_digest(self, command: Command, *, user: str, channel: str) -> Reply:
-        from bot.slack.schedule_commands import digest_reply
-
         return digest_reply(self.ctx, command, user=user, channel=channel)
 
     def do_cancel(self, command: Command, *, user: str, **_: Any) -> Reply:

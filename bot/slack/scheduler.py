@@ -26,6 +26,7 @@ from apscheduler.triggers.cron import CronTrigger
 from sqlalchemy import Engine, or_, update
 from sqlmodel import Session, col, select
 
+from agents.commands import recover_stranded
 from agents.search import start_search
 from agents.search_decide import SearchConfig
 from bot.slack.outbound.digest import last_scheduled_end, period_start, record_digest
@@ -259,8 +260,6 @@ class KernelScheduler:
 
     def recover(self) -> None:
         """Sessions left with work and no live job (a crash, a lost job) get their job back."""
-        from agents.commands import recover_stranded
-
         try:
             for session_id in recover_stranded(self.engine):
                 log.warning("session %s had work to do and no live job; queued it again", session_id)

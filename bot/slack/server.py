@@ -13,11 +13,17 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from agents.jobs import runner_kinds
 from bot.slack.app import build_app, web_client
+from bot.slack.http_mode import make_server
 from bot.slack.leader import LeaderLock
+from bot.slack.outbound.digest import digest_ops
 from bot.slack.outbound.notifier import Notifier
 from bot.slack.outbound.sender import SlackSender
+from bot.slack.socket_mode import connect
 from storage.settings import Settings
+from tpu_runner.daemon import RunnerConfig, RunnerDaemon, describe_host
+from tpu_runner.hardware import CHIPS
 
 log = logging.getLogger("kernelbot.serve")
 LEADER_POLL_SECONDS = 5.0
@@ -97,8 +103,6 @@ class Server:
 
     def _start_leader_work(self) -> None:
         sender = SlackSender(web_client(self.settings, retry_handlers=[]))
-        from bot.slack.outbound.digest import digest_ops
-
         self.notifier = Notifier(self.engine, sender, digest_ops=digest_ops)
         notifier_thread = threading.Thread(target=self.notifier.run, name="notifier", daemon=True)
         notifier_thread.start()
@@ -119,10 +123,6 @@ class Server:
         self.notifier = None
 
     def _start_runner(self) -> None:
-        from agents.jobs import runner_kinds
-        from tpu_runner.daemon import RunnerConfig, RunnerDaemon, describe_host
-        from tpu_runner.hardware import CHIPS
-
         self._runner = RunnerDaemon(engine=self.engine, settings=self.settings, hardware=describe_host(),
                                     job_kinds=runner_kinds(self.settings.job_modules),
                                     config=RunnerConfig(name="serve-embedded", targets=tuple(CHIPS),
@@ -133,15 +133,11 @@ class Server:
     def serve_forever(self) -> None:
         """Answer Slack until `shutdown` (blocks)."""
         if self.options.http:
-            from bot.slack.http_mode import make_server
-
             self._http = make_server(self.app, host=self.options.host, port=self.options.port,
                                      healthy=lambda: not self.stop.is_set())
             log.info("serve: answering Slack on http://%s:%d/slack/events", self.options.host, self.options.port)
             self._http.serve_forever()
         else:
-            from bot.slack.socket_mode import connect
-
             self._socket = connect(self.app, self.settings)
             log.info("serve: connected to Slack over Socket Mode")
             self.stop.wait()
