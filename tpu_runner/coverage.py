@@ -18,15 +18,15 @@ from typing import Any
 import numpy as np
 
 from tpu_runner import jaxpr_walk
-from tpu_runner.traffic import (
-    _MANUAL_SPACES,
-    _block_dim,
-    _call_name,
-    _grid_chunks,
-    _reads_index_operands,
-    _space_name,
-    _static_grid,
-    _vectorised,
+from tpu_runner.grid_walk import (
+    MANUAL_SPACES,
+    block_dim,
+    call_name,
+    grid_chunks,
+    reads_index_operands,
+    space_name,
+    static_grid,
+    vectorised,
 )
 
 MAX_BLOCKS = 1 << 26  # output blocks tracked per array; beyond this the check is skipped and said so
@@ -47,21 +47,21 @@ def output_coverage(closed_jaxpr: Any) -> Coverage:
     unchecked: list[str] = []
     for eqn in jaxpr_walk.pallas_calls(closed_jaxpr):
         if eqn.primitive.name != "pallas_call":
-            unchecked.append(f"{_call_name(eqn)}: a mesh kernel writes its outputs itself")
+            unchecked.append(f"{call_name(eqn)}: a mesh kernel writes its outputs itself")
             continue
         gm = eqn.params["grid_mapping"]
-        grid, known = _static_grid(gm.grid)
+        grid, known = static_grid(gm.grid)
         outputs = gm.block_mappings[gm.num_inputs:gm.num_inputs + gm.num_outputs]
         for k, bm in enumerate(outputs):
-            label = f"{_call_name(eqn)} output {k}"
-            space = _space_name(bm.transformed_block_aval.memory_space)
-            if space in _MANUAL_SPACES:
+            label = f"{call_name(eqn)} output {k}"
+            space = space_name(bm.transformed_block_aval.memory_space)
+            if space in MANUAL_SPACES:
                 unchecked.append(f"{label}: in memory space {space}, written by the kernel's own DMAs")
                 continue
             if not known:
                 unchecked.append(f"{label}: the grid has bounds known only at run time")
                 continue
-            if _reads_index_operands(bm.index_map_jaxpr, len(grid)):
+            if reads_index_operands(bm.index_map_jaxpr, len(grid)):
                 unchecked.append(f"{label}: its index map reads run-time scalars (scalar prefetch)")
                 continue
             problem = _missing_region(bm, grid, label)
@@ -74,7 +74,7 @@ def output_coverage(closed_jaxpr: Any) -> Coverage:
 
 def _missing_region(bm: Any, grid: tuple[int, ...], label: str) -> str | None:
     shape = tuple(int(d) for d in bm.array_aval.shape)
-    block = tuple(1 if d is None else d for d in (_block_dim(d) for d in bm.block_shape))
+    block = tuple(1 if d is None else d for d in (block_dim(d) for d in bm.block_shape))
     counts = tuple(max(1, math.ceil(s / b)) if s else 0 for s, b in zip(shape, block, strict=True))
     total = math.prod(counts)
     if total == 0:
@@ -83,8 +83,8 @@ def _missing_region(bm: Any, grid: tuple[int, ...], label: str) -> str | None:
         return "too large"
     written = np.zeros(counts, dtype=bool)
     if math.prod(grid) > 0:
-        evaluate = _vectorised([bm.index_map_jaxpr], len(grid))
-        for chunk in _grid_chunks(grid):
+        evaluate = vectorised([bm.index_map_jaxpr], len(grid))
+        for chunk in grid_chunks(grid):
             columns = [chunk[:, axis] for axis in range(len(grid))]
             rows = np.asarray(evaluate(*columns)[0]).reshape(len(chunk), -1)
             inside = np.all((rows >= 0) & (rows < np.array(counts)), axis=1)

@@ -8,7 +8,7 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from tpu_runner import traffic
+from tpu_runner import grid_walk
 from tpu_runner.traffic import OperandTraffic, PallasCallTraffic, TrafficReport, pallas_traffic
 
 F32 = 4
@@ -367,7 +367,7 @@ def test_runs_are_counted_across_chunk_boundaries(monkeypatch):
     x = _spec((512, 512))
     traced = jax.make_jaxpr(lambda a, b: _matmul(a, b, x_index_map=lambda i, j, kk: (i // 2, kk // 2)))(x, x)
     whole = _only_call(pallas_traffic(traced))
-    monkeypatch.setattr(traffic, "MAX_CHUNK_STEPS", 7)
+    monkeypatch.setattr(grid_walk, "MAX_CHUNK_STEPS", 7)
     chunked = _only_call(pallas_traffic(traced))
     assert chunked.operands == whole.operands
     assert whole.operands[0].transfers == 4 * 4 * 2  # (i // 2, kk // 2) changes every other kk and at each i
