@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from agents.brain import Brain, Budget
+from agents.offline.brain import NotRecognised, offline_brain
+from agents.offline.families import FAMILIES
 from storage.settings import Settings
 from tpu_runner.hardware import ChipSpec
 from tpu_runner.tasks import Task
 
 BRAINS = ("anthropic", "offline")
-FAMILIES = ("elementwise/broadcast chains, row reductions and normalisations over the last axis, a matmul or "
-            "batched matmul followed by such a chain, and scaled dot-product attention (causal or not, grouped-query "
-            "heads)")
 
 
 class BrainUnavailable(RuntimeError):
@@ -27,6 +26,8 @@ def make_brain(name: str, settings: Settings, budget: Budget, *, task: Task | No
     if name == "anthropic":
         if not settings.anthropic_api_key:
             raise BrainUnavailable("the anthropic brain needs ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL for a proxy)")
+        # Here, not at the top: the SDK takes most of a second to import, which a process that only runs the
+        # offline brain (the runner, a test, the terminal without a key) never needs to pay.
         import anthropic
 
         from agents.anthropic_brain import PRICES_PER_MTOK, AnthropicBrain, choose_model
@@ -42,8 +43,6 @@ def make_brain(name: str, settings: Settings, budget: Budget, *, task: Task | No
         if task is None or chip is None:
             raise BrainUnavailable("the offline brain works on a task's reference; this needs an LLM brain "
                                    "(--brain anthropic with ANTHROPIC_API_KEY)")
-        from agents.offline.brain import NotRecognised, offline_brain
-
         try:
             return offline_brain(task, chip, settings)
         except NotRecognised as exc:

@@ -13,9 +13,10 @@ from agents.auto import AutoLoop
 from agents.auto_decide import AutoConfig
 from agents.brain import Brain, BrainError, Budget, Usage
 from agents.brains import BrainUnavailable, make_brain
-from agents.commands import advance_job
+from agents.commands import ADVANCE_KIND, advance_job
 from agents.hitl import HitlMachine
 from agents.runtime import build_loop
+from agents.search import NODE_JOB, NodeRunner
 from agents.session_task import session_task
 from storage import sessions
 from storage.database import open_database
@@ -98,21 +99,19 @@ def _describe_task(engine: Engine, session_id: str, task: Task, ctx: JobContext)
         sessions.add_event(s, session_id=session_id, kind="task_described", payload={"shapes": shapes})
 
 
-@AGENT_KINDS.kind("auto_session")
+@AGENT_KINDS.kind(ADVANCE_KIND["auto"])
 def auto_session_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
     return _advance(ctx, payload, AutoLoop)
 
 
-@AGENT_KINDS.kind("hitl_advance")
+@AGENT_KINDS.kind(ADVANCE_KIND["hitl"])
 def hitl_advance_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
     return _advance(ctx, payload, HitlMachine)
 
 
-@AGENT_KINDS.kind("search_node")
+@AGENT_KINDS.kind(NODE_JOB)
 def search_node_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
     """Generate (when a brain must), evaluate and record one candidate of a search, then top the search up."""
-    from agents.search import NodeRunner
-
     def brain_for(record: KernelSession) -> Brain:
         return _session_brain(ctx, record, session_task(record, ctx.settings.home))
 

@@ -46,6 +46,8 @@ def label(node: Node) -> str:
 
 
 def render_search_graph(graph: Graph, path: Path, *, title: str) -> Path:
+    # Here, not at the top: matplotlib is slow to import and only drawing needs it; the headless backend must be
+    # chosen before pyplot is imported.
     import matplotlib
 
     matplotlib.use("Agg")

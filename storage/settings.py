@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+import zoneinfo
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -191,8 +192,6 @@ class Settings:
 
 
 def _timezone(env: Mapping[str, str]) -> str:
-    import zoneinfo
-
     name = env.get("KERNELBOT_TIMEZONE") or "UTC"
     try:
         zoneinfo.ZoneInfo(name)

@@ -114,7 +114,7 @@ def recognise_attention(program: Program, dots: list[Op], output: Value) -> Atte
 
 def model(q: Any, k: Any, v: Any, spec: Attention) -> Any:
     """Plain attention with the recognised parameters, in f32 (what the reference must agree with)."""
-    import jax.numpy as jnp
+    import jax.numpy as jnp  # run only in the sandboxed child; recognising and writing attention need no jax
 
     group = q.shape[1] // k.shape[1]
     kk = jnp.repeat(k.astype(jnp.float32), group, axis=1)

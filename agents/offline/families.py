@@ -5,6 +5,7 @@
   ride along.
 - matmul: one matmul (2-D, or batched over a leading axis) whose output feeds any such chain: the epilogue,
   fused into the kernel and computed on the f32 accumulator in VMEM.
+- attention: two matmuls, scaled dot-product attention (agents.offline.attention).
 Everything else gets a NotRecognised that names what it met.
 """
 
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agents.brains import FAMILIES as FAMILIES_TEXT
 from agents.offline.attention import Attention, recognise_attention
 from agents.offline.expr import (
     FLOAT_DTYPES,
@@ -25,6 +25,11 @@ from agents.offline.expr import (
     kind_of,
 )
 from agents.offline.program import Op, Program, Value
+
+# What the offline brain writes, in the words its refusals use (here and in agents.brains).
+FAMILIES = ("elementwise/broadcast chains, row reductions and normalisations over the last axis, a matmul or "
+            "batched matmul followed by such a chain, and scaled dot-product attention (causal or not, grouped-query "
+            "heads)")
 
 
 @dataclass(frozen=True)
@@ -202,7 +207,7 @@ def recognise(program: Program) -> Spec:
     if len(dots) == 2:
         return recognise_attention(program, dots, output)
     if len(dots) > 2:
-        raise NotRecognised(f"the reference has {len(dots)} matmuls; the offline brain writes {FAMILIES_TEXT}")
+        raise NotRecognised(f"the reference has {len(dots)} matmuls; the offline brain writes {FAMILIES}")
     if dots:
         return _matmul(program, dots[0], output)
     return _rowwise(program, output)

@@ -109,7 +109,7 @@ class _Builder:
 
 def trace(task: Task, config: Configuration) -> Program:
     """The reference's program for one configuration (static arguments folded in as literals)."""
-    import jax
+    import jax  # only the sandboxed child traces: the offline brain's other modules import this one without jax
 
     fn = import_reference(task).computation
     args = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in config.dynamic]

@@ -19,12 +19,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import ml_dtypes  # noqa: F401 - registers bfloat16 with numpy, for decoded constants and dtypes
 import numpy as np
 
-from agents.offline.program import Op, Program, Value
+from agents.offline.attention import Attention, confirm
+from agents.offline.expr import NotRecognised
+from agents.offline.families import recognise
+from agents.offline.program import Op, Program, Value, trace
 from storage.settings import Settings
 from tpu_runner.sandbox import run_one_shot
-from tpu_runner.tasks import Task
+from tpu_runner.tasks import (
+    Task,
+    abstract_configurations,
+    concrete_configurations,
+    has_test_inputs,
+    import_reference,
+    load_task,
+)
 
 READING_VERSION = "1"
 
@@ -46,6 +57,8 @@ class Opaque:
 
 
 def _enums() -> dict[str, type[enum.Enum]]:
+    # jax is imported where it is used, here and below, so that importing the offline brain (as agents.brains does
+    # in every process that builds a brain) does not load it.
     from jax import lax
 
     return {"Precision": lax.Precision, "DotAlgorithmPreset": lax.DotAlgorithmPreset}
@@ -106,8 +119,6 @@ def encode(program: Program) -> dict[str, Any]:
 
 
 def decode(data: dict[str, Any]) -> Program:
-    import ml_dtypes  # noqa: F401 - bfloat16 constants
-
     return Program(inputs=[_unarg(v) for v in data["inputs"]],
                    ops=[Op(o["prim"], tuple(_unarg(a) for a in o["args"]),
                            {k: _decode(v) for k, v in o["params"].items()}, _unarg(o["out"])) for o in data["ops"]],
@@ -130,18 +141,6 @@ class Reading:
 
 
 def _read(task_dir: str) -> dict[str, Any]:
-    from agents.offline.attention import Attention, confirm
-    from agents.offline.expr import NotRecognised
-    from agents.offline.families import recognise
-    from agents.offline.program import trace
-    from tpu_runner.tasks import (
-        abstract_configurations,
-        concrete_configurations,
-        has_test_inputs,
-        import_reference,
-        load_task,
-    )
-
     task = load_task(task_dir)
     programs = [trace(task, c) for c in abstract_configurations(task)]
     tests = concrete_configurations(task, "get_test_inputs") if has_test_inputs(task) else []
@@ -193,8 +192,6 @@ def read_tasks(tasks: list[Task], settings: Settings) -> dict[str, Reading]:
     """Each task's reading by digest, from the cache or one sandboxed child for all that are missing.
 
     Raises NotRecognised for a task whose program cannot be read (with the child's reason)."""
-    from agents.offline.expr import NotRecognised
-
     cache = settings.cache_dir / "offline"
     cache.mkdir(parents=True, exist_ok=True)
     missing = [t for t in tasks if not (cache / f"{reading_key(t.digest)}.json").is_file()]
