@@ -7,6 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+# What the Auto loop does, each recorded as a step of that kind; a person's decision is a step of kind "decision".
+ACTIONS = ("plan", "implement", "evaluate", "debug", "analyse", "give_up")
+
 
 @dataclass(frozen=True)
 class AutoConfig:
@@ -25,7 +28,7 @@ class AutoConfig:
 class StepRecord:
     """A finished step as the decision needs it: its kind and outputs."""
 
-    kind: str  # plan | implement | evaluate | debug | analyse
+    kind: str  # one of ACTIONS, or decision
     outputs: dict[str, Any]
 
 
@@ -112,7 +115,7 @@ def unusable_reason(roles: Sequence[str]) -> str:
 
 
 def next_action(steps: Sequence[StepRecord], config: AutoConfig) -> str:
-    """One of: plan, implement, evaluate, debug, analyse, give_up, or stop:<reason>."""
+    """One of ACTIONS, or stop:<reason>."""
     p = progress(steps)
     work = work_steps(steps)  # a person's decisions (a hand-off, say) do not change what Auto does next
     last = work[-1] if work else None

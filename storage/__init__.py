@@ -1,1 +1,2 @@
-"""Durable state: settings, the data directory and (in later issues) the database and the job queue."""
+"""Durable state and what every layer reads: settings, logging, the database (engines, schema, migrations) and
+the repository functions over it - sessions, the job queue, runners."""

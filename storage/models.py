@@ -1,5 +1,6 @@
 """Everything kernelbot keeps: sessions and their steps, candidates, evaluations, human decisions, session events
-with their delivery per surface, the job queue, runners, schedules and digest runs.
+with their delivery per surface, the job queue, runners, schedules, digest runs, and the Slack messages posted
+and deliveries received.
 
 Times are UNIX seconds (float, UTC): the queue does arithmetic on them and every database compares them alike.
 """
@@ -14,8 +15,8 @@ from sqlalchemy import JSON, Column, Index, Text, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
 JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled")
-STEP_STATUSES = ("pending", "running", "awaiting_approval", "done", "failed", "cancelled")
 SESSION_MODES = ("hitl", "auto", "search")
+SESSION_STATUSES = ("active", "awaiting", "done", "failed", "cancelled")  # awaiting: a person answers next
 
 
 def now() -> float:
@@ -41,9 +42,9 @@ class Job(SQLModel, table=True):
     )
 
     id: int | None = Field(default=None, primary_key=True)
-    kind: str = Field(index=True)
+    kind: str = Field(index=True)  # a handler's name in the runners' JobKinds (tpu_runner.jobs, agents.jobs)
     payload: dict[str, Any] | None = _json()
-    status: str = Field(default="queued")
+    status: str = Field(default="queued")  # one of JOB_STATUSES
     priority: int = 0
     dedup_key: str | None = None
     target: str | None = None  # a runner must serve this target to claim the job; None: any runner
@@ -120,8 +121,8 @@ class KernelSession(SQLModel, table=True):
     __tablename__ = "sessions"
 
     id: str = Field(default_factory=new_id, primary_key=True)
-    mode: str  # hitl | auto | search
-    status: str = "active"  # active | awaiting | done | failed | cancelled
+    mode: str  # one of SESSION_MODES; a hand-off or hand-back switches hitl and auto
+    status: str = "active"  # one of SESSION_STATUSES
     task: str
     task_dir: str | None = None  # where runners find the task (reference.py + kernel_task.yaml)
     target: str = "v6e"
@@ -140,8 +141,8 @@ class Step(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     session_id: str = Field(foreign_key="sessions.id", index=True)
     index: int
-    kind: str  # plan | implement | evaluate | profile | decide | ...
-    status: str = "pending"
+    kind: str  # an Auto action (agents.auto_decide.ACTIONS), or decision: a person's
+    status: str = "pending"  # steps are recorded once finished, as done (storage.sessions.add_step)
     inputs: dict[str, Any] | None = _json()
     outputs: dict[str, Any] | None = _json()
     created_at: float = Field(default_factory=now)
@@ -155,7 +156,7 @@ class Decision(SQLModel, table=True):
     session_id: str = Field(foreign_key="sessions.id", index=True)
     step_id: int | None = Field(default=None, foreign_key="steps.id")
     actor: str
-    action: str  # approve | redirect | handoff | cancel | finish | iterate
+    action: str  # approve | redirect | iterate | finish | cancel | handoff | handback | adopt | search
     text: str | None = Field(default=None, sa_column=Column(Text))
     created_at: float = Field(default_factory=now)
 
@@ -165,6 +166,8 @@ class SessionEvent(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     session_id: str = Field(foreign_key="sessions.id", index=True)
+    # session_started | task_described | step | progress | decision | auto_paused | auto_finished | hitl_paused |
+    # hitl_finished | search_finished | session_recovered (agents), job_done | job_failed (the runner's daemon)
     kind: str
     payload: dict[str, Any] | None = _json()
     created_at: float = Field(default_factory=now)
@@ -176,7 +179,7 @@ class EventDelivery(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     event_id: int = Field(foreign_key="session_events.id", index=True)
-    surface: str  # slack | terminal
+    surface: str  # slack (the terminal follows a session's events without deliveries)
     status: str = "pending"  # pending | delivered | failed
     attempts: int = 0
     external_ref: str | None = None  # e.g. the Slack message ts
@@ -189,7 +192,7 @@ class Schedule(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(unique=True)
-    kind: str  # search | digest
+    kind: str  # search: a recurring search (digests are set by settings and recorded as DigestRun rows)
     cron: str
     timezone: str = "UTC"
     payload: dict[str, Any] | None = _json()
