@@ -16,7 +16,8 @@ from agents.brains import BrainUnavailable, make_brain
 from agents.commands import ADVANCE_KIND, advance_job
 from agents.hitl import HitlMachine
 from agents.runtime import build_loop
-from agents.search import NODE_JOB, NodeRunner
+from agents.search import NODE_JOB
+from agents.search_node import NodeRunner
 from agents.session_task import session_task
 from storage import sessions
 from storage.database import open_database

@@ -3,37 +3,26 @@
 `start_search` records the session and its seed; `top_up` (called at the start and at the end of every node
 job, under the session's row lock) asks `search_decide` what to create next and enqueues one `search_node` job
 per new candidate, so the expansions spread over every free runner and nothing blocks waiting. A node job
-generates its candidate when a brain must write it, evaluates it with the IR gate (a program the session has
-evaluated is not evaluated again) and records the evaluation. A crash loses nothing: the graph and the queue
-are the whole state, and a node job that finds its work done only tops up.
+(`agents.search_node`) generates its candidate when a brain must write it, evaluates it with the IR gate (a
+program the session has evaluated is not evaluated again) and records the evaluation. A crash loses nothing:
+the graph and the queue are the whole state, and a node job that finds its work done only tops up.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine
-from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from agents import strategies, subagents, tunable
-from agents.brain import Brain, BrainError, BudgetExceeded
-from agents.context import task_context
+from agents import strategies, tunable
 from agents.search_decide import ROOT_STRATEGY, Graph, Node, SearchConfig, next_expansions
-from agents.session_task import carried_files, session_task
+from agents.session_task import carried_files
 from storage import queue, sessions
 from storage.models import Candidate, Evaluation, Job, KernelSession
-from storage.settings import Settings
-from tpu_runner.evaluate import EvalRequest, KernelFileError, evaluate
-from tpu_runner.hardware import UnknownTarget, get_chip
-from tpu_runner.jobs import evaluation_record
-from tpu_runner.result import EvalError
-from tpu_runner.spares import SparePool
-from tpu_runner.tasks import Task, TaskError, load_task
+from tpu_runner.tasks import Task, load_task
 
 NODE_JOB = "search_node"
 
@@ -81,11 +70,11 @@ class SearchOutcome:
                 "seed_band": self.seed_band}
 
 
-def _digest(code: str) -> str:
+def program_digest(code: str) -> str:
     return hashlib.sha256(code.encode()).hexdigest()[:16]
 
 
-def _params_of(code: str) -> dict[str, Any] | None:
+def params_of(code: str) -> dict[str, Any] | None:
     try:
         return tunable.current(code) if tunable.space(code) else None
     except tunable.TunableError:
@@ -117,9 +106,9 @@ def start_search(s: Session, *, task: Task, target: str, config: SearchConfig, s
                        payload={"mode": "search", "task": task.task_id, "target": target, "owner": owner,
                                 "strategy": config.strategy, "budget": config.budget})
     code = seed_code or ""
-    sessions.add_candidate(s, task=task.task_id, code=code, content_hash=_digest(code) if code else "",
+    sessions.add_candidate(s, task=task.task_id, code=code, content_hash=program_digest(code) if code else "",
                            session_id=record.id, strategy=ROOT_STRATEGY,
-                           meta={"trajectory": 0, "depth": 0, "params": _params_of(code) if code else None})
+                           meta={"trajectory": 0, "depth": 0, "params": params_of(code) if code else None})
     top_up(s, record.id, task=task)
     return record.id
 
@@ -204,8 +193,9 @@ def top_up(s: Session, session_id: str, *, task: Task | None = None) -> list[int
         parent = candidates[exp.parent_id] if exp.parent_id is not None else None
         code = tunable.with_params(parent.code, exp.params) if parent is not None and exp.params is not None else ""
         depth = int((parent.meta or {}).get("depth", 0)) + 1 if parent is not None else 0
-        child = sessions.add_candidate(s, task=record.task, code=code, content_hash=_digest(code) if code else "",
-                                       session_id=session_id, parent_id=exp.parent_id, strategy=exp.strategy,
+        digest = program_digest(code) if code else ""
+        child = sessions.add_candidate(s, task=record.task, code=code, content_hash=digest, session_id=session_id,
+                                       parent_id=exp.parent_id, strategy=exp.strategy,
                                        meta={"trajectory": exp.trajectory, "depth": depth, "params": exp.params})
         created.append(child.id)  # type: ignore[arg-type]
     pending = _without_failed_jobs(s, [n.id for n in graph.pending]) + created
@@ -268,134 +258,6 @@ def stop_search(s: Session, session_id: str, reason: str) -> None:
     if record.status == "active":
         graph, _, _ = load_graph(s, session_id)
         _finish(s, record, graph, reason)
-
-
-# -- one node ---------------------------------------------------------------------------------------------------
-BrainFactory = Callable[[KernelSession], Brain]
-
-
-@dataclass
-class NodeRunner:
-    """Runs one search_node job: generate (when a brain must), evaluate with the IR gate, record, top up."""
-
-    engine: Engine
-    settings: Settings
-    make_brain: BrainFactory
-    spares: SparePool | None = None
-    runner_id: str | None = None
-
-    def run(self, candidate_id: int, job_id: int | None = None) -> dict[str, Any]:
-        with Session(self.engine) as s:
-            candidate = s.get(Candidate, candidate_id)
-            if candidate is None or candidate.session_id is None:
-                raise LookupError(f"no search candidate {candidate_id}")
-            record = sessions.get_session(s, session_id=candidate.session_id)
-            done = s.exec(select(Evaluation).where(Evaluation.candidate_id == candidate_id)).first() is not None
-            settled = done or candidate.duplicate_of is not None or bool((candidate.meta or {}).get("error"))
-            session_id, status, code = record.id, record.status, candidate.code
-            task, target = session_task(record, self.settings.home), record.target
-        outcome: dict[str, Any] = {"candidate_id": candidate_id}
-        if not settled and status == "active":
-            try:
-                if not code:
-                    code = self._generate(candidate_id, task, target)
-                if code:
-                    outcome.update(self._evaluate(session_id, candidate_id, code, task, target, job_id))
-            except (TaskError, KernelFileError, UnknownTarget) as exc:
-                # The candidate cannot be evaluated at all; the search goes on without it.
-                self._mark_failed(candidate_id, f"{type(exc).__name__}: {exc}"[:500])
-        with Session(self.engine) as s, s.begin():
-            outcome["created"] = top_up(s, session_id, task=task)
-        return outcome
-
-    def _generate(self, candidate_id: int, task: Task, target: str) -> str:
-        """The candidate's code from a brain; on failure the node is marked failed and "" returned."""
-        with Session(self.engine) as s:
-            candidate = s.get(Candidate, candidate_id)
-            assert candidate is not None and candidate.session_id is not None
-            record = sessions.get_session(s, session_id=candidate.session_id)
-            parent = s.get(Candidate, candidate.parent_id) if candidate.parent_id else None
-            parent_eval = s.exec(select(Evaluation).where(Evaluation.candidate_id == parent.id)).first() \
-                if parent else None
-            strategy = candidate.strategy or ""
-        ctx = task_context(task, get_chip(target), self.settings)
-        try:
-            brain = self.make_brain(record)
-            if parent is None:
-                code = subagents.implement(brain, ctx, subagents.plan(brain, ctx))
-            elif strategy == "self_debug":
-                error = EvalError(**(parent_eval.result or {})["error"]) if parent_eval and parent_eval.result \
-                    and (parent_eval.result or {}).get("error") else EvalError("unknown", "the evaluation failed")
-                code = subagents.self_debug(brain, ctx, parent.code, error)
-            else:
-                chosen = strategies.get(strategy)
-                summary = (parent_eval.result or {}).get("message", "") if parent_eval else "not evaluated"
-                code = subagents.apply_strategy(brain, ctx, parent.code, title=chosen.title, advice=chosen.advice,
-                                                evaluation=summary)
-        except BudgetExceeded as exc:
-            self._mark_failed(candidate_id, f"the brain's budget is spent: {exc}")
-            with Session(self.engine) as s, s.begin():
-                stop_search(s, record.id, f"budget: {exc}")
-            return ""
-        except BrainError as exc:  # no answers will come (key, quota, network): the search stops, saying why
-            self._mark_failed(candidate_id, exc.one_line())
-            with Session(self.engine) as s, s.begin():
-                stop_search(s, record.id, f"brain: {exc.one_line()}")
-            return ""
-        except Exception as exc:  # noqa: BLE001 - a brain that cannot answer fails this node, not the search
-            self._mark_failed(candidate_id, f"{type(exc).__name__}: {exc}"[:500])
-            return ""
-        with Session(self.engine) as s, s.begin():
-            candidate = s.get(Candidate, candidate_id)
-            assert candidate is not None
-            candidate.code, candidate.content_hash = code, _digest(code)
-            candidate.meta = {**(candidate.meta or {}), "params": _params_of(code)}
-            s.add(candidate)
-        return code
-
-    def _mark_failed(self, candidate_id: int, error: str) -> None:
-        with Session(self.engine) as s, s.begin():
-            candidate = s.get(Candidate, candidate_id)
-            assert candidate is not None
-            candidate.meta = {**(candidate.meta or {}), "error": error}
-            s.add(candidate)
-
-    def _claim_ir(self, session_id: str, candidate_id: int, digest: str) -> str | None:
-        """None when this candidate is the session's first with this program; else which candidate was."""
-        for _ in range(2):
-            try:
-                with Session(self.engine) as s, s.begin():
-                    other = s.exec(select(Candidate).where(Candidate.session_id == session_id,
-                                                           Candidate.ir_hash == digest,
-                                                           Candidate.id != candidate_id)).first()
-                    candidate = s.get(Candidate, candidate_id)
-                    assert candidate is not None
-                    if other is not None:
-                        candidate.duplicate_of = other.id
-                        s.add(candidate)
-                        return f"candidate {other.id}"
-                    candidate.ir_hash = digest
-                    s.add(candidate)
-                return None
-            except IntegrityError:
-                continue  # another runner claimed this program a moment ago: look again
-        raise RuntimeError(f"could not settle the IR digest {digest} of candidate {candidate_id}")
-
-    def _evaluate(self, session_id: str, candidate_id: int, code: str, task: Task, target: str,
-                  job_id: int | None) -> dict[str, Any]:
-        workdir = self.settings.artifacts_dir / "sessions" / session_id
-        workdir.mkdir(parents=True, exist_ok=True)
-        path = workdir / f"candidate_{candidate_id}.py"
-        path.write_text(code)
-        result = evaluate(EvalRequest(task.path, path, target), self.settings, spares=self.spares,
-                          eval_id=f"{session_id}-c{candidate_id}",
-                          ir_gate=lambda digest: self._claim_ir(session_id, candidate_id, digest))
-        if result.verdict != "duplicate":
-            record = evaluation_record(result, self.runner_id, candidate_id)
-            record.job_id = job_id
-            with Session(self.engine) as s, s.begin():
-                s.add(record)
-        return {"verdict": result.verdict, "message": result.message}
 
 
 # -- results ----------------------------------------------------------------------------------------------------

@@ -12,8 +12,9 @@ from sqlalchemy import Engine
 from sqlmodel import Session, select
 
 from agents.local import run_until_settled
-from agents.search import NODE_JOB, NodeRunner, load_graph, outcome, start_search, stop_search
+from agents.search import NODE_JOB, load_graph, outcome, start_search, stop_search
 from agents.search_decide import SearchConfig
+from agents.search_node import NodeRunner
 from storage import queue, sessions
 from storage.database import open_database
 from storage.engine import make_engine
