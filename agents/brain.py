@@ -34,7 +34,7 @@ class AnswerForm:
 
 @dataclass(frozen=True)
 class BrainRequest:
-    role: str  # planner | implementer | debugger | analyst (agents.subagents) | porter (agents.port)
+    role: str  # planner | implementer | debugger | analyst (agents.subagents) | porter (agents.porter)
     context: str  # long and stable across a session (task, reference, hardware facts, Pallas rules): cached
     prompt: str  # this turn's question
     tools: Sequence[Tool] = ()

@@ -84,8 +84,8 @@ def port_command(
     def run() -> int:
         from agents.brain import Budget
         from agents.brains import BrainUnavailable
-        from agents.port import LABELS, SourceError, check_name, default_name, detect_kind, port_file, porter_brain
-        from agents.port import read_source as read
+        from agents.porter import LABELS, SourceError, check_name, default_name, detect_kind, port_file, porter_brain
+        from agents.porter import read_source as read
         from tpu_runner.porting import PortUnavailable
 
         settings = get_settings()

@@ -31,8 +31,8 @@ from storage.settings import Settings
 from tests.conftest import CORPUS
 from tpu_runner.evaluate import EvalRequest, evaluate_many
 from tpu_runner.hardware import get_chip
-from tpu_runner.port_emit import identifier
 from tpu_runner.porting import PortResult, check_against_pytorch, port_pytorch
+from tpu_runner.porting.emit import identifier
 from tpu_runner.tasks import Task, import_reference, load_task
 
 MODULES_DIR = CORPUS / "pytorch"

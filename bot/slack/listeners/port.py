@@ -24,7 +24,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from agents.brain import Budget
 from agents.brains import BrainUnavailable, default_brain
 from agents.commands import start_session
-from agents.port import SourceError, port_file, porter_brain
+from agents.porter import SourceError, port_file, porter_brain
 from bot.slack.listener_context import BotContext
 from bot.slack.views.port_form import (
     FILE_MAX_BYTES,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.port import NAME_MAX_CHARS, SourceError, check_name, detect_kind
+from agents.porter import NAME_MAX_CHARS, SourceError, check_name, detect_kind
 from bot.slack.views.kit import (
     ACTION,
     actions,

@@ -101,7 +101,7 @@ def test_cuda_needs_an_llm_brain(tmp_path: Path) -> None:
 
 
 def test_a_triton_source_through_the_anthropic_brain_is_written_unverified(tmp_path: Path) -> None:
-    from tests.agents.test_port_llm import RMS_NORM
+    from tests.agents.test_porter import RMS_NORM
     from tests.fakes.anthropic_api import API_KEY, fake_anthropic
 
     with fake_anthropic([{"text": f"```python\n{RMS_NORM}```"}]) as fake:

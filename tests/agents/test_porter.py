@@ -10,7 +10,7 @@ import yaml
 
 from agents.brain import Budget
 from agents.brains import BrainUnavailable
-from agents.port import SourceError, default_name, detect_kind, port_file, port_source, porter_brain
+from agents.porter import SourceError, default_name, detect_kind, port_file, port_source, porter_brain
 from storage.settings import Settings, load_settings
 from tests.conftest import CORPUS
 from tests.fakes.anthropic_api import API_KEY, fake_anthropic

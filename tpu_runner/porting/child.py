@@ -3,7 +3,7 @@ is someone's code, so only this process imports it.
 
 `port` mode: build the module (`Model(*get_init_inputs())`, seeded), run it on `get_inputs()` in PyTorch on the
 CPU, run the same module through torchax to get its JAX program with the weights as inputs, write that program
-back as a pure-JAX `computation` (`tpu_runner.port_emit`) with a `get_inputs` drawing inputs and weights like the
+back as a pure-JAX `computation` (`tpu_runner.porting.emit`) with a `get_inputs` drawing inputs and weights like the
 module's, and check that the written reference gives PyTorch's outputs on PyTorch's own weights and inputs.
 `oracle` mode: the same PyTorch run, then a JAX reference written by someone else (an LLM from CUDA or Triton
 source) on those very arrays, compared with PyTorch's outputs.
@@ -161,7 +161,7 @@ class Port:
         torchax = _port_extra("torchax")
         import jax
 
-        from tpu_runner.port_emit import identifier
+        from tpu_runner.porting.emit import identifier
 
         self.stage("tracing the module with torchax")
         states, fn = torchax.extract_jax(model, port_environment())
@@ -225,7 +225,7 @@ class Port:
 
     # -- the written reference ----------------------------------------------------------------------------------
     def reference_source(self, closed: Any, args: list[Arg]) -> str:
-        from tpu_runner.port_emit import emit_computation
+        from tpu_runner.porting.emit import emit_computation
 
         self.stage("writing the JAX reference")
         try:

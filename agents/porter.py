@@ -1,6 +1,7 @@
-"""Tasks from kernels a team already has: a PyTorch module is ported exactly through torchax
-(`tpu_runner.porting.port_pytorch`); a CUDA C++ or Triton source is read by an LLM brain (role "porter"), which
-writes the pure-JAX reference (`computation` + `get_inputs`).
+"""The LLM porter: tasks from CUDA C++ or Triton kernels a team already has, read by a brain (role "porter") that
+writes the pure-JAX reference (`computation` + `get_inputs`). It lives here because it needs a brain; the rest of
+porting is `tpu_runner.porting`, which ports a PyTorch module exactly through torchax (`port_pytorch`, which
+`port_file` calls for a PyTorch source) and checks the brain's answer against PyTorch.
 
 When a PyTorch reference of the same operation is given (KernelBench ships one beside each kernel), the brain is
 told the exact arguments its `computation` must take, and the JAX reference must match PyTorch on the module's

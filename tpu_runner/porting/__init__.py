@@ -1,7 +1,12 @@
-"""Tasks from kernels a team already has: a PyTorch module becomes a task whose reference is the module's exact
-JAX program (through torchax), checked against PyTorch before the task is written.
+"""Porting: tasks from kernels a team already has. A PyTorch module becomes a task whose reference is the module's
+exact JAX program (through torchax), checked against PyTorch before the task is written.
 
-The module file is someone's code: it runs only in a sandboxed child (`tpu_runner.port_child`), never here.
+This package is all of porting below the agents: this module is the parent's side (the public API); `child` is
+the sandboxed process that imports the module file, traces it and checks it; `emit` writes a traced program back
+as JAX source. A CUDA or Triton source needs an LLM to write its reference: that porter is `agents.porter`, which
+checks its answer with `check_against_pytorch` here.
+
+The module file is someone's code: it runs only in the sandboxed child (`tpu_runner.porting.child`), never here.
 The written task is then checked like a pasted reference (`reference_check.add_checked_task`) and put in place
 at once. torch and torchax are an optional extra; without them porting says which extra to install.
 """
@@ -78,7 +83,7 @@ def _stopped(outcome: ChildOutcome, wall_seconds: int, memory_mib: int) -> PortE
 
 def run_port_child(request: dict[str, Any], settings: Settings, *, wall_seconds: int = PORT_SECONDS,
                    memory_mib: int = PORT_MEMORY_MIB) -> dict[str, Any]:
-    """Run `tpu_runner.port_child` on `request` (files it names are copied into the child's scratch directory)
+    """Run `tpu_runner.porting.child` on `request` (files it names are copied into the child's scratch directory)
     and return its report, or {"ok": False, "error": ...} when it did not finish."""
     require_torch()
 
@@ -93,7 +98,7 @@ def run_port_child(request: dict[str, Any], settings: Settings, *, wall_seconds:
 
     limits = EvalLimits(wall_seconds=wall_seconds, cpu_seconds=max(60, 2 * wall_seconds), memory_mib=memory_mib,
                         output_bytes=settings.limits.output_bytes)
-    outcome, report = run_one_shot(module="tpu_runner.port_child", root=settings.home / "sandbox", prefix="port",
+    outcome, report = run_one_shot(module="tpu_runner.porting.child", root=settings.home / "sandbox", prefix="port",
                                    limits=limits, request_for=staged, report_name="port_result.json")
     if report is None:
         return {"ok": False, "error": _stopped(outcome, wall_seconds, memory_mib).to_json()}
