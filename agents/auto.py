@@ -21,7 +21,7 @@ from agents import subagents
 from agents.auto_decide import AutoConfig, StepRecord, next_action, progress
 from agents.brain import AnswerError, Brain, BrainError, BudgetExceeded
 from storage import sessions
-from tpu_runner.jobs import evaluation_record
+from tpu_runner.job_kinds import evaluation_record
 from tpu_runner.result import EvalError, EvalResult
 
 StageCallback = Callable[[str], None]

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
-from agents.jobs import runner_kinds
+from agents.session_jobs import runner_kinds
 from storage import sessions
 from storage.models import Job
 from storage.settings import Settings

@@ -10,7 +10,7 @@ from sqlalchemy import Engine
 from agents.auto import AutoLoop
 from agents.auto_decide import AutoConfig
 from agents.brain import Brain
-from agents.context import task_context
+from agents.task_context import task_context
 from storage.settings import Settings
 from tpu_runner.evaluate import EvalRequest, evaluate
 from tpu_runner.hardware import ChipSpec

@@ -15,15 +15,15 @@ from sqlmodel import Session, select
 
 from agents import strategies, subagents
 from agents.brain import Brain, BrainError, BudgetExceeded
-from agents.context import task_context
 from agents.search import params_of, program_digest, stop_search, top_up
 from agents.session_task import session_task
+from agents.task_context import task_context
 from storage import sessions
 from storage.models import Candidate, Evaluation, KernelSession
 from storage.settings import Settings
 from tpu_runner.evaluate import EvalRequest, KernelFileError, evaluate
 from tpu_runner.hardware import UnknownTarget, get_chip
-from tpu_runner.jobs import evaluation_record
+from tpu_runner.job_kinds import evaluation_record
 from tpu_runner.result import EvalError
 from tpu_runner.spares import SparePool
 from tpu_runner.tasks import Task, TaskError

@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 from agents.local import run_until_settled  # noqa: E402
 from agents.search import NODE_JOB, load_graph, outcome, start_search  # noqa: E402
 from agents.search_decide import SearchConfig  # noqa: E402
-from storage.database import open_database  # noqa: E402
+from storage.connect import open_database  # noqa: E402
 from storage.models import Evaluation, Job  # noqa: E402
 from storage.settings import load_settings  # noqa: E402
 from tpu_runner.tasks import load_task  # noqa: E402

@@ -35,7 +35,7 @@ from bot.slack.app import build_app  # noqa: E402
 from bot.slack.outbound.notifier import Notifier  # noqa: E402
 from bot.slack.outbound.sender import ChannelPacer, SlackSender  # noqa: E402
 from storage import sessions  # noqa: E402
-from storage.database import open_database  # noqa: E402
+from storage.connect import open_database  # noqa: E402
 from storage.settings import load_settings  # noqa: E402
 from tests.fakes.slack_api import BOT_TOKEN, Message, fake_slack  # noqa: E402
 from tests.support.slack_http import SECRET, command, free_port, served, wait_for_port  # noqa: E402

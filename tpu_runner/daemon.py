@@ -25,7 +25,7 @@ from storage.models import SessionEvent
 from storage.runners import deregister_runner, heartbeat_runner, register_runner
 from storage.sessions import set_session_status
 from storage.settings import Settings
-from tpu_runner.jobs import EVALUATION_KINDS, JobContext, JobHandler, JobRejected
+from tpu_runner.job_kinds import EVALUATION_KINDS, JobContext, JobHandler, JobRejected
 from tpu_runner.sandbox import kill_running_children
 from tpu_runner.spares import SparePool
 

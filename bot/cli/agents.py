@@ -30,7 +30,7 @@ def run_auto(task_dir: Path, *, brain: str | None, budget: int, target: str | No
     from agents.brains import default_brain, make_brain
     from agents.commands import start_session
     from agents.local import run_until_settled
-    from storage.database import open_database
+    from storage.connect import open_database
     from tpu_runner.hardware import get_chip
     from tpu_runner.tasks import load_task
 
@@ -184,7 +184,7 @@ def chat_command(
         from agents.hitl import DecisionRejected, waiting_for
         from agents.local import run_until_settled
         from storage import sessions
-        from storage.database import open_database
+        from storage.connect import open_database
         from tpu_runner.hardware import get_chip
         from tpu_runner.tasks import load_task
 

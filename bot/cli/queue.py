@@ -67,8 +67,8 @@ def runner_command(
         import socket
 
         from agents.commands import recover_stranded
-        from agents.jobs import runner_kinds
-        from storage.database import open_database
+        from agents.session_jobs import runner_kinds
+        from storage.connect import open_database
         from storage.logs import configure_logging
         from tpu_runner.daemon import RunnerConfig, RunnerDaemon, describe_host, install_signal_handlers
         from tpu_runner.evaluate import detect_host
@@ -111,7 +111,7 @@ def enqueue_eval_command(
 
     def run() -> int:
         from storage import queue
-        from storage.database import open_database
+        from storage.connect import open_database
         from tpu_runner.evaluate import KernelFileError
         from tpu_runner.tasks import load_task
 
@@ -142,7 +142,7 @@ def jobs_command(
 
     def run() -> int:
         from storage import queue
-        from storage.database import open_database
+        from storage.connect import open_database
 
         engine = open_database(get_settings())
         with Session(engine) as s:
@@ -166,7 +166,7 @@ def runners_command(
     """List runners with their hardware, heartbeat age and current jobs."""
 
     def run() -> int:
-        from storage.database import open_database
+        from storage.connect import open_database
         from storage.runners import get_runners
 
         engine = open_database(get_settings())

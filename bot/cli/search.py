@@ -42,7 +42,7 @@ def _search_one(task_dir: Path, *, strategy: str, budget: int, width: int, brain
     from agents.brains import default_brain, make_brain
     from agents.search import start_search
     from agents.search_decide import SearchConfig
-    from storage.database import open_database
+    from storage.connect import open_database
     from tpu_runner.hardware import get_chip
     from tpu_runner.tasks import load_task
 
@@ -116,7 +116,7 @@ def search_command(
 
     def run() -> int:
         if resume:
-            from storage.database import open_database
+            from storage.connect import open_database
 
             summary = _run_to_end(open_database(get_settings()), resume, quiet=as_json)
         elif task is None:

@@ -38,7 +38,7 @@ def serve_command(
 
     def run() -> int:
         from bot.slack.server import ServeOptions, Server
-        from storage.database import open_database
+        from storage.connect import open_database
         from storage.logs import configure_logging
 
         settings = get_settings()

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from agents.jobs import runner_kinds
+from agents.session_jobs import runner_kinds
 from bot.slack.app import build_app, web_client
 from bot.slack.http_mode import make_server
 from bot.slack.leader import LeaderLock

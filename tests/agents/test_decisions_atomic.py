@@ -12,7 +12,7 @@ from sqlmodel import Session, col, select
 
 from agents.commands import decide, recover_stranded, start_session
 from storage import sessions
-from storage.database import open_database
+from storage.connect import open_database
 from storage.models import Job, SessionEvent
 from storage.settings import load_settings
 from tests.conftest import TASKS
@@ -46,7 +46,7 @@ def test_a_process_killed_between_recording_a_decision_and_queueing_its_job_leav
     # before its job is queued.
     script = textwrap.dedent(f"""
         import os
-        from storage.database import open_database
+        from storage.connect import open_database
         from storage.settings import load_settings
         import agents.commands as commands
 

@@ -11,12 +11,12 @@ import pytest
 from agents import subagents, tunable
 from agents.brain import Budget
 from agents.brains import BrainUnavailable, make_brain
-from agents.context import task_context
 from agents.offline.brain import analyse, offline_brain, parse_redirect
 from agents.offline.emit import source
 from agents.offline.expr import NotRecognised
 from agents.offline.params import choose, raised_vmem_limit
 from agents.offline.reading import read_task, read_tasks
+from agents.task_context import task_context
 from storage.settings import Settings
 from tests.conftest import TASKS
 from tests.support.epilogue_tasks import EPILOGUE, chain_task

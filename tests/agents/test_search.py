@@ -16,7 +16,7 @@ from agents.search import NODE_JOB, load_graph, outcome, start_search, stop_sear
 from agents.search_decide import SearchConfig
 from agents.search_node import NodeRunner
 from storage import queue, sessions
-from storage.database import open_database
+from storage.connect import open_database
 from storage.engine import make_engine
 from storage.migrate import upgrade
 from storage.models import Candidate, Evaluation, Job, SessionEvent

@@ -11,10 +11,10 @@ from sqlmodel import Session, col, select
 
 from agents.commands import decide, start_session
 from agents.hitl import DecisionRejected
-from agents.jobs import runner_kinds
+from agents.session_jobs import runner_kinds
 from agents.subagents import PLAN_SECTIONS
 from storage import sessions
-from storage.database import open_database
+from storage.connect import open_database
 from storage.models import Job, SessionEvent
 from storage.settings import load_settings
 from tests.conftest import TASKS

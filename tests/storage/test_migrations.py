@@ -13,7 +13,7 @@ from sqlalchemy import Engine, inspect, text
 from sqlmodel import Session, SQLModel, select
 
 import storage.models  # noqa: F401  (registers every table in SQLModel.metadata)
-from storage.database import open_database
+from storage.connect import open_database
 from storage.engine import SQLITE_BUSY_TIMEOUT_MS, make_engine
 from storage.migrate import SchemaNewer, SchemaOutdated, current_revision, ensure_schema, head_revision, upgrade
 from storage.models import Job

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bot.slack.app import build_app
 from bot.slack.server import ServeOptions, Server
-from storage.database import open_database
+from storage.connect import open_database
 from storage.settings import Settings, load_settings
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack, fake_slack
 from tests.support.slack_http import SECRET, free_port, served, wait_for_port

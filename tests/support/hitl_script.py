@@ -14,8 +14,8 @@ from agents.auto_decide import AutoConfig
 from agents.brain import Budget
 from agents.brains import make_brain
 from agents.commands import decide, start_session
-from agents.context import task_context
 from agents.hitl import HitlMachine
+from agents.task_context import task_context
 from storage.settings import Settings
 from tests.conftest import TASKS
 from tpu_runner.hardware import get_chip

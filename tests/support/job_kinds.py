@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from storage.models import Evaluation
-from tpu_runner.jobs import JobContext, JobKinds, JobOutcome
+from tpu_runner.job_kinds import JobContext, JobKinds, JobOutcome
 
 JOB_KINDS = JobKinds()
 

@@ -14,7 +14,7 @@ from storage.models import KernelSession, SessionEvent
 from storage.settings import load_settings
 from tests.support.job_kinds import JOB_KINDS as TEST_KINDS
 from tpu_runner.daemon import RunnerConfig, RunnerDaemon
-from tpu_runner.jobs import EVALUATION_KINDS, compose
+from tpu_runner.job_kinds import EVALUATION_KINDS, compose
 
 
 def _daemon(tmp_path: Path, **config: object) -> RunnerDaemon:

@@ -26,7 +26,7 @@ import pytest
 from agents import subagents
 from agents.brain import Budget
 from agents.brains import BrainUnavailable, make_brain
-from agents.context import task_context
+from agents.task_context import task_context
 from storage.settings import Settings
 from tests.conftest import CORPUS
 from tpu_runner.evaluate import EvalRequest, evaluate_many

@@ -28,7 +28,7 @@ from bot.cli.checks.install import (
 from bot.cli.checks.report import Check, as_json, exit_code, render_checks
 from bot.cli.checks.run import run_checks
 from bot.cli.checks.slack import MANIFEST, SLACK_SCOPES, check_slack, check_slack_scopes, manifest_scopes
-from storage.database import open_database
+from storage.connect import open_database
 from storage.engine import make_engine
 from storage.migrate import head_revision, upgrade
 from storage.settings import Settings, load_settings

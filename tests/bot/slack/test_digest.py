@@ -31,7 +31,7 @@ from bot.slack.outbound.digest import (
 from bot.slack.outbound.notifier import Notifier
 from bot.slack.outbound.sender import SlackSender
 from bot.slack.outbound.thread_ops import Show, Upload
-from storage.database import open_database
+from storage.connect import open_database
 from storage.engine import make_engine
 from storage.migrate import upgrade
 from storage.models import Candidate, DigestRun, Evaluation, Job, KernelSession, Runner, SessionEvent, Step, now

@@ -19,7 +19,7 @@ from agents.commands import decide
 from bot.slack.outbound.notifier import Notifier
 from bot.slack.outbound.sender import ChannelPacer, SlackSender
 from storage import sessions
-from storage.database import open_database
+from storage.connect import open_database
 from storage.engine import make_engine
 from storage.migrate import upgrade
 from storage.models import EventDelivery, KernelSession, SessionEvent, SlackMessage

@@ -38,7 +38,7 @@ from bot.slack.views.port_form import (
     started_view,
     static_problems,
 )
-from storage.database import open_database
+from storage.connect import open_database
 from storage.models import Job, KernelSession
 from storage.settings import Settings, load_settings
 from tests.conftest import CORPUS

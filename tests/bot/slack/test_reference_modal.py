@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sqlmodel import Session, select
 
-from agents.jobs import hitl_advance_job
+from agents.session_jobs import hitl_advance_job
 from bot.slack.views.reference_form import (
     ATOL,
     BRAIN,
@@ -31,13 +31,13 @@ from bot.slack.views.reference_form import (
     static_problems,
     task_files,
 )
-from storage.database import open_database
+from storage.connect import open_database
 from storage.models import Job, KernelSession
 from storage.settings import Settings, load_settings
 from tests.support.bot import Served, bot_app
 from tests.support.slack_http import command, submit_view
 from tpu_runner.hardware import CHIPS
-from tpu_runner.jobs import JobContext, JobRejected
+from tpu_runner.job_kinds import JobContext, JobRejected
 from tpu_runner.reference_check import ReferenceCheck, files_digest, read_task_files
 
 GOOD = '''\

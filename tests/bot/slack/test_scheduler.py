@@ -28,7 +28,7 @@ from bot.slack.scheduler import (
     record_due_digests,
 )
 from bot.task_suites import REPO_TASKS
-from storage.database import open_database
+from storage.connect import open_database
 from storage.engine import make_engine
 from storage.migrate import upgrade
 from storage.models import DigestRun, Job, KernelSession, Schedule, now

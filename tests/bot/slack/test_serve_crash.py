@@ -15,7 +15,7 @@ import pytest
 from sqlmodel import Session, select
 
 from storage import sessions
-from storage.database import open_database
+from storage.connect import open_database
 from storage.models import EventDelivery, SlackMessage
 from storage.settings import load_settings
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack, Message, fake_slack

@@ -11,7 +11,7 @@ import pytest
 from sqlmodel import Session, select
 
 from bot.slack.app import SlackSettingsError, build_app
-from storage.database import open_database
+from storage.connect import open_database
 from storage.models import Job, KernelSession
 from storage.settings import Settings, load_settings
 from tests.fakes.slack_api import BOT_TOKEN, fake_slack

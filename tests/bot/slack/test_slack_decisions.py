@@ -15,12 +15,12 @@ from slack_sdk import WebClient
 from sqlalchemy import Engine
 from sqlmodel import Session, select
 
-from agents.jobs import runner_kinds
+from agents.session_jobs import runner_kinds
 from bot.slack.app import build_app
 from bot.slack.outbound.notifier import Notifier
 from bot.slack.outbound.sender import ChannelPacer, SlackSender
 from storage import sessions
-from storage.database import open_database
+from storage.connect import open_database
 from storage.models import Candidate, Decision, Job, KernelSession
 from storage.settings import Settings, load_settings
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack, Message, fake_slack

@@ -18,7 +18,7 @@ from sqlmodel import Session, select
 
 from bot.slack.app import SlackSettingsError, build_app
 from bot.slack.socket_mode import SocketConnection, connect
-from storage.database import open_database
+from storage.connect import open_database
 from storage.models import KernelSession
 from storage.settings import Settings, load_settings
 from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN, FakeSlack, fake_slack

@@ -1,5 +1,5 @@
 """Job kinds: what a runner can do, as named handlers. Each package keeps its kinds in a `JobKinds` of its own
-(`EVALUATION_KINDS` here, `agents.jobs.AGENT_KINDS`); a process that runs jobs composes the ones it serves where
+(`EVALUATION_KINDS` here, `agents.session_jobs.AGENT_KINDS`); a process that runs jobs composes the ones it serves where
 it starts (`compose`), and deployments add theirs with KERNELBOT_JOB_MODULES (modules whose `JOB_KINDS` is a
 `JobKinds`). Nothing registers itself by being imported."""
 

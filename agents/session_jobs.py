@@ -20,10 +20,18 @@ from agents.search import NODE_JOB
 from agents.search_node import NodeRunner
 from agents.session_task import session_task
 from storage import sessions
-from storage.database import open_database
+from storage.connect import open_database
 from storage.models import KernelSession, SessionEvent
 from tpu_runner.hardware import get_chip
-from tpu_runner.jobs import EVALUATION_KINDS, JobContext, JobKinds, JobOutcome, JobRejected, compose, load_job_modules
+from tpu_runner.job_kinds import (
+    EVALUATION_KINDS,
+    JobContext,
+    JobKinds,
+    JobOutcome,
+    JobRejected,
+    compose,
+    load_job_modules,
+)
 from tpu_runner.reference_data import production_configurations
 from tpu_runner.tasks import Task, TaskError
 
