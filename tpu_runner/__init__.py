@@ -1,1 +1,4 @@
-"""Task loading and the evaluation pipeline: static check, lower, compile, correctness, performance, profile."""
+"""Everything below the agents that runs kernels and tasks: the evaluator (`evaluate` and the sandboxed processes
+it supervises: the candidate's child, the reference's child, the compile servers, speaking `protocol`), the
+generic job daemon a runner runs (`daemon`, with the job kinds in `jobs`), the task format (`tasks`, `jaxbench`)
+and porting kernels a team already has into tasks (`porting`)."""

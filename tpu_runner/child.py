@@ -33,8 +33,16 @@ from tpu_runner.errors import from_exception
 from tpu_runner.hardware import ChipSpec, get_chip
 from tpu_runner.inputs import EVALUATOR_CASES
 from tpu_runner.ir import ir_digest
-from tpu_runner.protocol import CandidateReport, CandidateRequest, CaseOutput, CheckReport, ProgramReport, write_json
-from tpu_runner.result import EvalError
+from tpu_runner.protocol import (
+    CandidateReport,
+    CandidateRequest,
+    CaseOutput,
+    CheckReport,
+    MeasuredTimes,
+    ProgramReport,
+    write_json,
+)
+from tpu_runner.result import EvalError, Stage, Verdict
 from tpu_runner.static_check import ENTRY_POINTS
 from tpu_runner.structure import program_form
 from tpu_runner.tasks import (
@@ -55,7 +63,7 @@ from tpu_runner.traffic import pallas_traffic, traffic_to_json
 
 
 class StageFailure(Exception):
-    def __init__(self, stage: str, error: EvalError, verdict: str | None = None):
+    def __init__(self, stage: Stage, error: EvalError, verdict: Verdict | None = None):
         super().__init__(error.detail)
         self.stage, self.error, self.verdict = stage, error, verdict
 
@@ -80,7 +88,10 @@ def _abstract(config: Configuration) -> list[Any]:
     return [jax.ShapeDtypeStruct(a.shape, np.dtype(a.dtype)) for a in config.dynamic] + list(config.static)
 
 
-class CandidateChild:
+class CandidateStages:
+    """The candidate's stages in its child, in order (`run`): load, lower (trace, check, export), the IR gate,
+    correctness (run at the check shapes, save the outputs), and performance when timed on this host."""
+
     def __init__(self, request: CandidateRequest):
         self.request = request
         self.workdir = Path(request.workdir)
@@ -104,7 +115,7 @@ class CandidateChild:
         timings = self.report.timings
         timings[self._stage] = timings.get(self._stage, 0.0) + time.perf_counter() - self._t0
 
-    def fail(self, stage: str, exc: BaseException, default_kind: str | None = None) -> StageFailure:
+    def fail(self, stage: Stage, exc: BaseException, default_kind: str | None = None) -> StageFailure:
         return StageFailure(stage, from_exception(exc, stage=stage, candidate_path=self.candidate_path,
                                                   default_kind=default_kind))
 
@@ -229,7 +240,7 @@ class CandidateChild:
                 twice = False
                 out = CaseOutput(case=case.name)
                 if ran.error is not None:
-                    out.error = ran.error.to_json()
+                    out.error = ran.error
                     failed = True  # the judge stops at the first failure; later cases are not needed
                 else:
                     assert ran.outputs is not None
@@ -246,16 +257,19 @@ class CandidateChild:
 
         config = prod[0]
         atol, rtol = task.tolerance(0)
-        input_sets = [case_inputs(config, Case(f"timing{i}", "normal", 7 + i)) for i in range(3)]
-        pair = measure_pair(reference=ref_fn, candidate=cand_fn, input_sets=input_sets,  # type: ignore[arg-type]
+        input_sets = []
+        for i in range(3):
+            inputs = case_inputs(config, Case(f"timing{i}", "normal", 7 + i))
+            assert inputs is not None  # only a "task" case can lack inputs
+            input_sets.append(inputs)
+        pair = measure_pair(reference=ref_fn, candidate=cand_fn, input_sets=input_sets,
                             static=config.static, trace_dir=self.artifacts / "trace", atol=atol, rtol=rtol)
-        self.report.measured = {
-            "candidate_ms": pair.candidate.median_ms, "reference_ms": pair.reference.median_ms,
-            "candidate_spread_ms": pair.candidate.spread_ms, "reference_spread_ms": pair.reference.spread_ms,
-            "iterations": len(pair.candidate.samples_ms), "source": pair.candidate.source,
-            "device": jax.devices()[0].device_kind, "mismatches": pair.mismatches[:3],
-            "configuration": config.describe(), "on_device": self.on_device,
-        }
+        self.report.measured = MeasuredTimes(
+            candidate_ms=pair.candidate.median_ms, reference_ms=pair.reference.median_ms,
+            candidate_spread_ms=pair.candidate.spread_ms, reference_spread_ms=pair.reference.spread_ms,
+            iterations=len(pair.candidate.samples_ms), source=pair.candidate.source,
+            device=jax.devices()[0].device_kind, mismatches=pair.mismatches[:3],
+            configuration=config.describe(), on_device=self.on_device)
 
     def detect_device(self) -> None:
         if self.request.host != "tpu":
@@ -300,7 +314,7 @@ class CandidateChild:
         except TaskError as exc:
             report.task_error = str(exc)
         except StageFailure as failed:
-            report.stage, report.error, report.verdict = failed.stage, failed.error.to_json(), failed.verdict
+            report.stage, report.error, report.verdict = failed.stage, failed.error, failed.verdict
         return report
 
 
@@ -309,7 +323,7 @@ def main(argv: list[str]) -> int:
     # source locations out of the kernel's body, so programs that differ only in names or lines digest alike.
     jax.config.update("jax_export_ignore_forward_compatibility", True)
     request_path = Path(argv[1])
-    report = CandidateChild(CandidateRequest.read(request_path)).run()
+    report = CandidateStages(CandidateRequest.read(request_path)).run()
     write_json(request_path.with_name("child_result.json"), report)
     return 0
 

@@ -7,13 +7,12 @@ started with `--xla_jf_dump_static_llo_profile_to` - is read where the candidate
 whole process when one of its checks fails (its static profiler does so on ordinary bf16 code); the parent
 sees the server die, restarts it, and knows which request did it.
 
-Protocol: one JSON line per request on stdin, `{"id", "exported", "target"}`; the answer is
+Protocol: one JSON line per request on stdin (`protocol.CompileRequest`); the answer (`protocol.CompileReply`) is
 `out/<id>/result.json` in the server's scratch directory, with the profile files beside it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -25,9 +24,10 @@ import jax
 
 from tpu_runner.compile import StaticProfile, target_sharding
 from tpu_runner.hardware import get_chip
+from tpu_runner.protocol import CompileReply, CompileRequest, write_json
 
 
-def _compile(exported_path: Path, target: str, profile: StaticProfile, keep_in: Path) -> dict[str, Any]:
+def _compile(exported_path: Path, target: str, profile: StaticProfile, keep_in: Path) -> CompileReply:
     exported = jax.export.deserialize(bytearray(exported_path.read_bytes()))
     sharding = target_sharding(get_chip(target))
     args = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding) for a in exported.in_avals]
@@ -47,10 +47,9 @@ def _compile(exported_path: Path, target: str, profile: StaticProfile, keep_in: 
             memory[name] = int(getattr(mem, name, 0) or 0)
     ops = profile.collect(keep_in=keep_in, label="op")
     # The optimised program: the time model reads its ops (`hlo_ops`), in the parent.
-    return {"ok": True, "compile_seconds": seconds, "ops": ops, "memory": memory,
-            "hlo_text": compiled.as_text() or "",
-            "cost": {k: float(v) for k, v in cost.items() if isinstance(v, int | float)},
-            "profiled": profile.dump_dir is not None}
+    return CompileReply(ok=True, compile_seconds=seconds, ops=ops, memory=memory, hlo_text=compiled.as_text() or "",
+                        cost={k: float(v) for k, v in cost.items() if isinstance(v, int | float)},
+                        profiled=profile.dump_dir is not None)
 
 
 def serve(scratch: Path) -> None:
@@ -59,18 +58,16 @@ def serve(scratch: Path) -> None:
     for line in sys.stdin:
         if not line.strip():
             continue
-        request = json.loads(line)
-        out = scratch / "out" / str(request["id"])
+        request = CompileRequest.from_json(line)
+        out = scratch / "out" / request.id
         out.mkdir(parents=True, exist_ok=True)
-        (scratch / "current").write_text(str(request["id"]))
+        (scratch / "current").write_text(request.id)
         try:
-            answer = _compile(Path(request["exported"]), request["target"], profile, out / "llo")
+            answer = _compile(Path(request.exported), request.target, profile, out / "llo")
         except Exception as exc:  # noqa: BLE001 - the compiler's refusal is the answer
-            answer = {"ok": False, "error_type": type(exc).__name__, "error": str(exc),
-                      "traceback": traceback.format_exc()[-4000:]}
-        tmp = out / "result.json.tmp"
-        tmp.write_text(json.dumps(answer))
-        tmp.replace(out / "result.json")
+            answer = CompileReply(ok=False, error_type=type(exc).__name__, error=str(exc),
+                                  traceback=traceback.format_exc()[-4000:])
+        write_json(out / "result.json", answer)
 
 
 def _libtpu_args() -> str:

@@ -12,7 +12,6 @@ JAX and libtpu is paid once, not per candidate.
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 import threading
 import time
@@ -24,8 +23,9 @@ from typing import Any
 from storage.settings import EvalLimits
 from tpu_runner.errors import classify_text
 from tpu_runner.hlo_ops import HloOp, parsed_hlo
+from tpu_runner.protocol import ChildStart, CompileReply, CompileRequest
 from tpu_runner.result import EvalError
-from tpu_runner.sandbox import Child, _rss_mib, child_environment, spawn
+from tpu_runner.sandbox import SandboxProcess, _rss_mib, child_environment, spawn
 
 # libtpu's fatal log lines: a failed internal check, or the static profiler refusing the program.
 LIBTPU_ABORT_SIGNS = ("Check failed", "LLO_CHECK", "Static LLO profiling of")
@@ -75,7 +75,7 @@ def libtpu_checks(stderr: str) -> list[str]:
 
 @dataclass
 class _Server:
-    child: Child
+    child: SandboxProcess
     profiled: bool
     served: int = 0
 
@@ -100,7 +100,7 @@ class CompileService:
         limits = replace(self.limits, cpu_seconds=SERVER_CPU_SECONDS)
         child = spawn(target="tpu_runner.compile_server", scratch=scratch, env=env, limits=limits)
         assert child.proc.stdin is not None
-        child.proc.stdin.write((json.dumps({"argv": [], "writable": []}) + "\n").encode())
+        child.proc.stdin.write((ChildStart(argv=[], writable=[]).to_json() + "\n").encode())
         child.proc.stdin.flush()
         return _Server(child, profiled)
 
@@ -144,7 +144,7 @@ class CompileService:
 
     # -- one request -----------------------------------------------------------------------------------------
     def _request(self, server: _Server, exported: Path, target: str, keep_in: Path | None,
-                 label: str) -> tuple[dict[str, Any] | None, str, float, str | None]:
+                 label: str) -> tuple[CompileReply | None, str, float, str | None]:
         memory_mib, seconds = self.limits.memory_mib, self.limits.wall_seconds
         if server.profiled:
             memory_mib, seconds = min(memory_mib, PROFILE_MEMORY_MIB), min(seconds, PROFILE_SECONDS)
@@ -155,7 +155,7 @@ class CompileService:
         proc = server.child.proc
         assert proc.stdin is not None
         try:
-            proc.stdin.write((json.dumps({"id": rid, "exported": str(exported), "target": target}) + "\n").encode())
+            proc.stdin.write((CompileRequest(id=rid, exported=str(exported), target=target).to_json() + "\n").encode())
             proc.stdin.flush()
         except BrokenPipeError:
             pass
@@ -182,7 +182,7 @@ class CompileService:
                 stderr = f.read().decode("utf-8", "replace")[-self.limits.output_bytes:]
         if not result.is_file():
             return None, stderr, peak, stopped
-        answer = json.loads(result.read_text())
+        answer = CompileReply.read(result)
         llo = result.parent / "llo"
         if keep_in is not None and llo.is_dir():
             keep_in.mkdir(parents=True, exist_ok=True)
@@ -192,7 +192,7 @@ class CompileService:
         return answer, stderr, peak, None
 
     def _once(self, exported: Path, target: str, profiled: bool, keep_in: Path | None,
-              label: str) -> tuple[dict[str, Any] | None, str, float, str | None]:
+              label: str) -> tuple[CompileReply | None, str, float, str | None]:
         server = self._acquire(target, profiled)
         try:
             return self._request(server, exported, target, keep_in, label)
@@ -205,9 +205,9 @@ class CompileService:
         if not profile:
             return self._plain(exported, target, label, 0.0, None)
         answer, stderr, peak, stopped = self._once(exported, target, True, keep_in, label)
-        if answer is not None and answer["ok"]:
+        if answer is not None and answer.ok:
             return self._answer(answer, peak)
-        profiler_trouble = answer is None or any(s in answer["error"].lower() for s in PROFILER_SIGNS)
+        profiler_trouble = answer is None or any(s in answer.error.lower() for s in PROFILER_SIGNS)
         if answer is not None and not profiler_trouble:
             return self._refused(answer, peak)
         return self._plain(exported, target, label, peak, self._profile_failure(answer, stderr, stopped))
@@ -215,7 +215,7 @@ class CompileService:
     def _plain(self, exported: Path, target: str, label: str, peak: float, why: str | None) -> CompileAnswer:
         plain, plain_stderr, plain_peak, plain_stopped = self._once(exported, target, False, None, label)
         peak = max(peak, plain_peak)
-        if plain is not None and plain["ok"]:
+        if plain is not None and plain.ok:
             result = self._answer(plain, peak)
             result.profile_failure = why
             return result
@@ -235,28 +235,25 @@ class CompileService:
             "without its static profiler; rewrite the construct it names:\n" + tail[-2000:], stage="compile"))
 
     @staticmethod
-    def _profile_failure(answer: dict[str, Any] | None, stderr: str, stopped: str | None) -> str:
+    def _profile_failure(answer: CompileReply | None, stderr: str, stopped: str | None) -> str:
         if stopped == "memory":
             return f"the static profiler needed more than {PROFILE_MEMORY_MIB} MiB"
         if stopped == "timeout":
             return f"the static profiler took more than {PROFILE_SECONDS} s"
         if answer is not None:
-            return "the static profiler refused the program: " + answer["error"].strip().splitlines()[0][:300]
+            return "the static profiler refused the program: " + answer.error.strip().splitlines()[0][:300]
         checks = libtpu_checks(stderr)
         first = checks[0] if checks else (stderr.strip().splitlines() or ["no message"])[-1]
         return f"libtpu's static profiler aborted on this program ({first[:300]})"
 
     @staticmethod
-    def _answer(answer: dict[str, Any], peak: float) -> CompileAnswer:
-        return CompileAnswer(True, cost=answer["cost"], memory=answer["memory"],
-                             ops=[(str(n), int(c)) for n, c in answer["ops"]],
-                             hlo_text=str(answer.get("hlo_text", "")),
-                             compile_seconds=answer["compile_seconds"], profiled=bool(answer["profiled"]),
-                             peak_rss_mib=peak)
+    def _answer(answer: CompileReply, peak: float) -> CompileAnswer:
+        return CompileAnswer(True, cost=answer.cost, memory=answer.memory, ops=answer.ops, hlo_text=answer.hlo_text,
+                             compile_seconds=answer.compile_seconds, profiled=answer.profiled, peak_rss_mib=peak)
 
     @staticmethod
-    def _refused(answer: dict[str, Any], peak: float) -> CompileAnswer:
-        text = f"{answer['error_type']}: {answer['error']}".strip()
+    def _refused(answer: CompileReply, peak: float) -> CompileAnswer:
+        text = f"{answer.error_type}: {answer.error}".strip()
         if len(text) > 4000:
             text = text[:2500] + "\n...\n" + text[-1400:]
         return CompileAnswer(False, peak_rss_mib=peak, error=EvalError(classify_text(text, "compile_error"), text,

@@ -2,8 +2,8 @@
 
 - the reference's child (`reference_run`, cached by `reference_data`): the task's production shapes, its
   exported programs and its outputs on evaluator-owned inputs; it never sees the candidate;
-- the candidate's child (`child`): traces, checks and exports the candidate, runs it at the check shapes and
-  saves the outputs; it can write only its own work directory;
+- the candidate's child (`child`, run from here by `candidate_process`): traces, checks and exports the
+  candidate, runs it at the check shapes and saves the outputs; it can write only its own work directory;
 - the compile servers (`compile_service`): compile both programs for the target with libtpu and its static
   profiler, apart from each other, so a profiler abort costs the estimate its cycles, never the verdict.
 This process compares the outputs (numpy only), builds the estimate from the compilers' answers and gives the
@@ -14,30 +14,29 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from storage.settings import Settings
 from tpu_runner.arrays import OutputSet, load_outputs
 from tpu_runner.band import band_text
+from tpu_runner.candidate_process import CandidateCompiles, IrGate, run_candidate, stopped_error
 from tpu_runner.chart import render_profile_chart
-from tpu_runner.compile_service import CompileAnswer, CompileService
 from tpu_runner.correctness import CandidateFailed, CandidateRun, Judge, ReferenceRun
 from tpu_runner.hardware import ChipSpec, get_chip
 from tpu_runner.inputs import EVALUATOR_CASES
 from tpu_runner.performance import CandidateProgram, estimated_performance, measured_performance
 from tpu_runner.profile import summarise
-from tpu_runner.protocol import Budget, CandidateReport, CandidateRequest, CheckReport, OutputJob, write_json
+from tpu_runner.protocol import Budget, CandidateReport, CandidateRequest, CheckReport, OutputJob
 from tpu_runner.reference_data import ReferenceStore, output_key
-from tpu_runner.result import Correctness, CorrectnessCase, EvalError, EvalResult, failure
-from tpu_runner.sandbox import ChildOutcome, Gate, child_environment
+from tpu_runner.result import Correctness, CorrectnessCase, EvalError, EvalResult, Host, Stage, Verdict, failure
+from tpu_runner.sandbox import ChildOutcome
 from tpu_runner.spares import SparePool
 from tpu_runner.static_check import StaticViolation, check_source
 from tpu_runner.tasks import Task, TaskError, config_from_json, load_task
@@ -57,7 +56,7 @@ class EvalRequest:
     measure: bool = False  # time on this host's backend even without a TPU of the target (used by tests)
 
 
-def detect_host() -> str:
+def detect_host() -> Host:
     """'tpu' where this machine has TPU chips (their device files), else 'cpu'."""
     dev = Path("/dev")
     has_tpu = any(dev.glob("accel[0-9]*")) or any((dev / "vfio").glob("[0-9]*")) if dev.is_dir() else False
@@ -66,63 +65,6 @@ def detect_host() -> str:
 
 def _new_eval_id(task: Task) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{task.task_id}-{uuid.uuid4().hex[:6]}"
-
-
-def _outcome_error(outcome: ChildOutcome, limits_wall: int, memory_mib: int) -> tuple[str, EvalError]:
-    stage = outcome.stage or ""
-    stage = stage if stage in ("lower", "correctness", "performance") else "lower"
-    if outcome.timed_out:
-        return stage, EvalError("timeout", f"the evaluation did not finish within {limits_wall} s (it was in the "
-                                f"{stage} stage); a kernel that hangs or a grid far too large for this check")
-    if outcome.memory_exceeded:
-        return stage, EvalError("memory_limit", f"the evaluation used more than {memory_mib} MiB of memory in the "
-                                f"{stage} stage and was stopped")
-    sig = outcome.signal_name
-    kind = {"SIGXCPU": "cpu_time_limit", "SIGXFSZ": "output_limit"}.get(sig or "", "crashed")
-    tail = "\n".join(outcome.stderr_tail.strip().splitlines()[-25:])
-    how = f"killed by {sig}" if sig else f"exited with status {outcome.returncode}"
-    return stage, EvalError(kind, f"the evaluation process {how} in the {stage} stage without a result.\n{tail}")
-
-
-IrGate = Callable[[str], str | None]  # normalised IR digest -> None to go on, or what it duplicates to stop
-
-
-class _Compiles:
-    """The candidate's programs compiled on a thread, started as soon as the child has exported them."""
-
-    def __init__(self, compilers: CompileService, chip: ChipSpec, workdir: Path, artifacts: Path):
-        self.compilers, self.chip, self.workdir, self.artifacts = compilers, chip, workdir, artifacts
-        self.answers: list[CompileAnswer] | None = None
-        self._thread: threading.Thread | None = None
-        self.seconds = 0.0
-
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, daemon=True)
-            self._thread.start()
-
-    def _run(self) -> None:
-        t0 = time.perf_counter()
-        answers = []
-        for i, path in enumerate(sorted(self.workdir.glob("candidate.config*.exported"))):
-            answer = self.compilers.compile(path, target=self.chip.name, keep_in=self.artifacts / "llo",
-                                            label=f"candidate.config{i}")
-            answers.append(answer)
-            if not answer.ok:
-                break
-        self.seconds = time.perf_counter() - t0
-        self.answers = answers
-
-    @property
-    def failed(self) -> bool:
-        return self.answers is not None and any(not a.ok for a in self.answers)
-
-    def wait(self) -> list[CompileAnswer]:
-        self.start()
-        assert self._thread is not None
-        self._thread.join()
-        assert self.answers is not None
-        return self.answers
 
 
 def evaluate(request: EvalRequest, settings: Settings, *, eval_id: str | None = None,
@@ -155,7 +97,7 @@ def evaluate(request: EvalRequest, settings: Settings, *, eval_id: str | None = 
         if on_stage:
             on_stage("static")
     except StaticViolation as violation:
-        result = failure(task=task.task_id, target=chip.name, host=host, stage="static", error=violation.error)  # type: ignore[arg-type]
+        result = failure(task=task.task_id, target=chip.name, host=host, stage="static", error=violation.error)
         return _finish(result, artifacts, artifact_map, started)
 
     pool = spares or SparePool(root=settings.home / "sandbox", limits=settings.limits, keep=0)
@@ -171,7 +113,7 @@ def evaluate(request: EvalRequest, settings: Settings, *, eval_id: str | None = 
 
 
 class _Evaluation:
-    def __init__(self, request: EvalRequest, settings: Settings, task: Task, chip: ChipSpec, host: str,
+    def __init__(self, request: EvalRequest, settings: Settings, task: Task, chip: ChipSpec, host: Host,
                  artifacts: Path, kernel_copy: Path, pool: SparePool, on_stage: Callable[[str], None] | None,
                  ir_gate: IrGate | None, allow_pure_jax: bool):
         self.request, self.settings, self.task, self.chip, self.host = request, settings, task, chip, host
@@ -190,53 +132,22 @@ class _Evaluation:
         if self.on_stage:
             self.on_stage(name)
 
-    def _fail(self, stage: str, error: EvalError, verdict: str | None = None, **extra: Any) -> EvalResult:
-        return failure(task=self.task.task_id, target=self.chip.name, host=self.host, stage=stage,  # type: ignore[arg-type]
-                       error=error, verdict=verdict, notes=self.notes, timings=self.timings, **extra)  # type: ignore[arg-type]
+    def _fail(self, stage: Stage, error: EvalError, verdict: Verdict | None = None, **extra: Any) -> EvalResult:
+        return failure(task=self.task.task_id, target=self.chip.name, host=self.host, stage=stage,
+                       error=error, verdict=verdict, notes=self.notes, timings=self.timings, **extra)
 
     # -- the candidate's child --------------------------------------------------------------------------------
-    def run_candidate(self, compiles: _Compiles) -> tuple[ChildOutcome, CandidateReport | None]:
-        chip, settings = self.chip, self.settings
-
-        def env_for(scratch: Path) -> dict[str, str]:
-            return child_environment(workdir=scratch, llo_dump_dir=None, on_tpu=self.host == "tpu",
-                                     target_accelerator=f"{chip.name}-1")
-
-        child = self.pool.acquire(f"{chip.name}-{self.host}", env_for)
-        limits = settings.limits
+    def run_candidate(self, compiles: CandidateCompiles) -> tuple[ChildOutcome, CandidateReport | None]:
+        limits = self.settings.limits
         request = CandidateRequest(
-            task_dir=str(self.task.path), kernel_path=str(self.kernel_copy), target=chip.name, host=self.host,
+            task_dir=str(self.task.path), kernel_path=str(self.kernel_copy), target=self.chip.name, host=self.host,
             allow_pure_jax=self.allow_pure_jax, artifacts_dir=str(self.artifacts), workdir=str(self.workdir),
             budget=Budget(limits.full_check_elements, limits.full_check_gflops * 1e9, limits.interpret_grid_steps),
             measure=self.request.measure, ir_gate=self.ir_gate is not None)
-        request_path = self.workdir / "request.json"
-        write_json(request_path, request)
-        gate = None
-        if self.ir_gate is not None:
-            ir_gate = self.ir_gate
-
-            def answer(digest: str) -> str:
-                duplicate_of = ir_gate(digest)
-                return "go" if duplicate_of is None else f"stop {duplicate_of}"
-            gate = Gate(self.workdir / "ir_hash", answer)
-
-        def heard(stage: str) -> None:
-            if stage == "correctness":
-                compiles.start()  # the programs are exported: compile them while the candidate is checked
-                self.stage("compile")
-            self.stage(stage)
-
-        outcome = child.run([str(request_path)], stage_file=self.workdir / "stage", limits=limits, on_stage=heard,
-                            gate=gate, writable=(self.artifacts,), should_stop=lambda: compiles.failed)
-        for log in ("stdout.txt", "stderr.txt"):
-            if (child.scratch / log).is_file():
-                shutil.move(child.scratch / log, self.workdir / log)
-        shutil.rmtree(child.scratch, ignore_errors=True)
+        outcome, report = run_candidate(request, pool=self.pool, limits=limits, compiles=compiles,
+                                        ir_gate=self.ir_gate, on_stage=self.stage)
         if (self.workdir / "stderr.txt").exists():
             self.artifact_map["log"] = str(self.workdir / "stderr.txt")
-        report_path = self.workdir / "child_result.json"
-        finished = outcome.returncode == 0 and not (outcome.timed_out or outcome.memory_exceeded or outcome.stopped)
-        report = CandidateReport.read(report_path) if finished and report_path.is_file() else None
         self.timings["child_wall"] = outcome.wall_seconds
         self.timings["peak_rss_mib"] = outcome.peak_rss_mib
         return outcome, report
@@ -248,21 +159,20 @@ class _Evaluation:
         t0 = time.perf_counter()
         production_json, _ = self.store.programs(task)  # the reference's child, once per task version
         self.timings["reference_programs"] = time.perf_counter() - t0
-        compiles = _Compiles(self.compilers, chip, self.workdir, self.artifacts)
+        compiles = CandidateCompiles(self.compilers, chip, self.workdir, self.artifacts)
         outcome, report = self.run_candidate(compiles)
         if report is not None and report.task_error:
             raise TaskError(report.task_error)
         if report is None and not (outcome.stopped or compiles.failed):
-            stage, error = _outcome_error(outcome, settings.limits.wall_seconds, settings.limits.memory_mib)
-            verdict = "timeout" if error.kind == "timeout" else "crashed"
+            stage, error = stopped_error(outcome, settings.limits.wall_seconds, settings.limits.memory_mib)
+            verdict: Verdict = "timeout" if error.kind == "timeout" else "crashed"
             return self._fail(stage, error, verdict)
         if report is not None:
             self.timings.update(report.timings)
             self.notes.extend(report.notes)
             if report.error is not None:
-                error = report.eval_error
-                assert error is not None
-                return self._fail(report.stage, error, report.verdict, ir_hash=report.ir_hash)
+                stage = report.stage if report.stage != "load" else "lower"  # a child fails from lowering on
+                return self._fail(stage, report.error, report.verdict, ir_hash=report.ir_hash)
         answers = compiles.wait()
         self.timings["compile"] = compiles.seconds
         self._keep_ir()
@@ -293,14 +203,14 @@ class _Evaluation:
                     for a, p in zip(answers, report.programs, strict=True)]
         self.stage("performance")
         if report.measured is not None:
-            if report.measured["mismatches"]:
-                first = report.measured["mismatches"][0]
+            if report.measured.mismatches:
+                first = report.measured.mismatches[0]
                 return self._fail("performance", EvalError("mismatch_while_timing", "outputs produced while timing "
                                   f"differ from the reference's on the same inputs: {first}"),
                                   "incorrect", correctness=correctness, ir_hash=ir_hash)
             perf, profile = measured_performance(chip, prod, programs, ref_costs, report.measured,
                                                  self.store.used_inputs(task))
-            if not report.measured.get("on_device"):
+            if not report.measured.on_device:
                 self.notes.append(f"measured on {perf.detail['device']}, not on a {chip.name}: the times are not "
                                   "TPU times")
         else:
@@ -331,9 +241,8 @@ class _Evaluation:
     def judge(self, report: CandidateReport) -> Correctness:
         jobs = []
         for check in report.checks:
-            cases = [c.case for c in check.cases]
             jobs.append(OutputJob(output_key(self.task, check.config, check.values_from), check.config,
-                                  check.values_from, cases))
+                                  check.values_from, [c.case for c in check.cases]))
         reference = self.store.outputs(self.task, [j for j in jobs if j.cases]) if any(j.cases for j in jobs) else {}
         cases: list[CorrectnessCase] = []
         notes = list(self.notes)
@@ -361,7 +270,7 @@ class _Evaluation:
                                    perturbed)
                 cand = CandidateRun(by_name[out.case])
                 if out.error:
-                    cand.error = EvalError(out.error["kind"], out.error["detail"], out.error.get("line"), "correctness")
+                    cand.error = replace(out.error, stage="correctness")
                 else:
                     assert out.outputs is not None
                     cand.outputs = load_outputs(outputs / out.outputs)
@@ -373,7 +282,7 @@ class _Evaluation:
         if not passed:
             skipped = list(dict.fromkeys(c.note for c in cases if c.status == "skipped" and c.note))
             return Correctness(status="not_checked", cases=cases, notes=notes + skipped)
-        status = "passed" if not differs else "not_checked"
+        status: Literal["passed", "not_checked"] = "passed" if not differs else "not_checked"
         return Correctness(status=status, cases=cases, max_abs_err=max(c.max_abs_err or 0.0 for c in passed),
                            max_rel_err=max(c.max_rel_err or 0.0 for c in passed), notes=notes)
 
@@ -392,7 +301,7 @@ class _Evaluation:
         if physics:
             reasons.append("the estimate is faster than physics allows (" + physics[0].split(": ", 1)[-1] + "), so "
                            "the figure cannot be trusted")
-        verdict = "unverified" if reasons else "ok"
+        verdict: Verdict = "unverified" if reasons else "ok"
         likely = band_text(perf)
         message = (f"{verdict}: x{perf.speedup:.2f} vs reference ({perf.method}: {perf.candidate:.4g} ms vs "
                    f"{perf.reference:.4g} ms on {chip.name}{'; ' + likely if likely else ''}), "
@@ -401,7 +310,7 @@ class _Evaluation:
             message += "; " + "; ".join(reasons)[:500]
         if perf.flags:
             message += f"; flagged: {', '.join(f.split(':')[0] for f in perf.flags)}"
-        return EvalResult(task=self.task.task_id, target=chip.name, host=self.host, verdict=verdict,  # type: ignore[arg-type]
+        return EvalResult(task=self.task.task_id, target=chip.name, host=self.host, verdict=verdict,
                           stage="done", message=message, correctness=correctness, performance=perf, profile=profile,
                           notes=self.notes, timings=self.timings, ir_hash=ir_hash)
 

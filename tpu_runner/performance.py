@@ -19,6 +19,7 @@ from tpu_runner.compile_service import CompileAnswer
 from tpu_runner.estimate import candidate_hbm_bytes, performance_flags, traffic_flags
 from tpu_runner.hardware import ChipSpec, Roofline, roofline
 from tpu_runner.profile import kernel_facts
+from tpu_runner.protocol import MeasuredTimes
 from tpu_runner.result import Performance
 from tpu_runner.tasks import Configuration
 from tpu_runner.timing_model import KERNEL_TARGET, ProgramTime, programs_time
@@ -143,17 +144,17 @@ def _program_profile(timed: ProgramTime, seconds: float, hbm_bytes: float, cycle
 
 
 def measured_performance(chip: ChipSpec, prod: list[Configuration], cand: list[CandidateProgram],
-                         ref: list[CompileAnswer], measured: dict[str, Any], used: list[list[bool]] | None = None
+                         ref: list[CompileAnswer], measured: MeasuredTimes, used: list[list[bool]] | None = None
                          ) -> tuple[Performance, dict[str, Any]]:
     """Times the candidate's child measured on its device (candidate and reference interleaved, first
     production shape), against the roofline of the compiled programs."""
-    on_device = bool(measured.get("on_device"))
+    on_device = measured.on_device
     roof = _roofline(chip, prod[:1], cand[:1], ref[:1], (used or [])[:1] or None)
-    c_s, r_s = measured["candidate_ms"] / 1e3, measured["reference_ms"] / 1e3
+    c_s, r_s = measured.candidate_ms / 1e3, measured.reference_ms / 1e3
     profile = {
         "method": "measured", "target": chip.name,
-        "candidate": {"seconds": c_s, "spread": measured["candidate_spread_ms"] / 1e3, "ops": []},
-        "reference": {"seconds": r_s, "spread": measured["reference_spread_ms"] / 1e3, "ops": []},
+        "candidate": {"seconds": c_s, "spread": measured.candidate_spread_ms / 1e3, "ops": []},
+        "reference": {"seconds": r_s, "spread": measured.reference_spread_ms / 1e3, "ops": []},
         "roofline": _roofline_dict(roof),
         "kernels": _kernels(chip, cand),
     }
@@ -163,8 +164,8 @@ def measured_performance(chip: ChipSpec, prod: list[Configuration], cand: list[C
         roofline_fraction=roof.seconds / c_s if on_device and c_s else None, roofline_ms=roof.seconds * 1e3,
         bound=roof.bound, flops=roof.flops, bytes=roof.bytes,
         flags=performance_flags(candidate_seconds=c_s, roofline=roof) if on_device else [],
-        detail={"device": measured["device"], "source": measured["source"], "iterations": measured["iterations"],
-                "candidate_spread_ms": measured["candidate_spread_ms"],
-                "reference_spread_ms": measured["reference_spread_ms"], "configuration": measured["configuration"]},
+        detail={"device": measured.device, "source": measured.source, "iterations": measured.iterations,
+                "candidate_spread_ms": measured.candidate_spread_ms,
+                "reference_spread_ms": measured.reference_spread_ms, "configuration": measured.configuration},
     )
     return perf, profile

@@ -1,19 +1,23 @@
-"""What the evaluator and its children say to each other, as typed records written as JSON files.
+"""What the evaluator and its children say to each other, as typed records written as JSON.
 
-The candidate's child (`tpu_runner.child`) gets a `CandidateRequest` and writes a `CandidateReport`; the
-reference's child (`tpu_runner.reference_run`) gets a `ReferenceRequest` and writes a `ReferenceReport`. Arrays
-travel as files (`tpu_runner.arrays`); a report names them. Everything in a candidate's report is the
-candidate process's word: the evaluator uses it to know what to compile and compare, never to decide.
+Every sandboxed child starts from `SandboxLimits` (its command line) and a `ChildStart` (its first line on
+stdin, `tpu_runner.sandbox_entry`). The candidate's child (`tpu_runner.child`) gets a `CandidateRequest` and
+writes a `CandidateReport`; the reference's child (`tpu_runner.reference_run`) gets a `ReferenceRequest` and
+writes a `ReferenceReport`; a compile server (`tpu_runner.compile_server`) reads `CompileRequest` lines and
+writes a `CompileReply` for each. Arrays travel as files (`tpu_runner.arrays`); a report names them. Everything
+in a candidate's report is the candidate process's word: the evaluator uses it to know what to compile and
+compare, never to decide.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from tpu_runner.result import EvalError
+from tpu_runner.result import EvalError, Host, Stage, Verdict
 
 
 def write_json(path: Path, record: Any) -> None:
@@ -22,9 +26,48 @@ def write_json(path: Path, record: Any) -> None:
     tmp.replace(path)
 
 
+def _error(data: dict[str, Any] | None) -> EvalError | None:
+    return EvalError.from_json(data) if data else None
+
+
 def _build[T](cls: type[T], data: dict[str, Any]) -> T:
-    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    """`cls` from the keys of `data` it takes (a record written by an older or newer side may have others)."""
+    names = set(inspect.signature(cls).parameters)
     return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """The limits `sandbox_entry` applies before anything else runs: its first argument, as JSON."""
+
+    cpu_seconds: int
+    file_bytes: int
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> SandboxLimits:
+        return _build(cls, json.loads(text))
+
+
+@dataclass(frozen=True)
+class ChildStart:
+    """A waiting child's first line on stdin: the arguments of the code it imported, and the directories it may
+    write besides its working directory (Landlock)."""
+
+    argv: list[str]
+    writable: list[str] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ChildStart:
+        data = json.loads(text)
+        if isinstance(data, list):  # the bare form: arguments only
+            return cls(argv=[str(a) for a in data])
+        return cls(argv=list(data["argv"]), writable=list(data.get("writable", [])))
 
 
 @dataclass(frozen=True)
@@ -41,7 +84,7 @@ class CandidateRequest:
     task_dir: str
     kernel_path: str
     target: str
-    host: str  # "cpu" | "tpu"
+    host: Host
     allow_pure_jax: bool
     artifacts_dir: str
     workdir: str
@@ -61,7 +104,11 @@ class CaseOutput:
     case: str
     outputs: str | None = None  # file name in the outputs directory
     again: str | None = None  # a second run on the same inputs, for determinism
-    error: dict[str, Any] | None = None  # EvalError.to_json() of a call that failed
+    error: EvalError | None = None  # of a call that failed
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CaseOutput:
+        return _build(cls, {**data, "error": _error(data.get("error"))})
 
 
 @dataclass
@@ -87,18 +134,34 @@ class ProgramReport:
 
 
 @dataclass
+class MeasuredTimes:
+    """The candidate and the reference timed in the candidate's child (interleaved, first production shape)."""
+
+    candidate_ms: float
+    reference_ms: float
+    candidate_spread_ms: float
+    reference_spread_ms: float
+    iterations: int
+    source: str  # "trace:device", "trace:host" or "wall_clock"
+    device: str  # the backend's device kind
+    mismatches: list[str]  # outputs that differed from the reference's while timing (the first three)
+    configuration: str
+    on_device: bool  # timed on a TPU of the target, not on whatever backend this is
+
+
+@dataclass
 class CandidateReport:
-    stage: str
+    stage: Stage | Literal["load"]  # where the child is, or where it stopped
     timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     ir_hash: str | None = None
-    error: dict[str, Any] | None = None
-    verdict: str | None = None
+    error: EvalError | None = None
+    verdict: Verdict | None = None
     task_error: str | None = None
     programs: list[ProgramReport] = field(default_factory=list)
     coverage_unchecked: list[str] = field(default_factory=list)
     checks: list[CheckReport] = field(default_factory=list)
-    measured: dict[str, Any] | None = None  # {"performance": ..., "profile": ...} when timed on this host
+    measured: MeasuredTimes | None = None  # when timed on this host
     sandbox: str = ""
 
     @classmethod
@@ -108,15 +171,12 @@ class CandidateReport:
         checks = []
         for c in data.get("checks", []):
             c = dict(c)
-            c["cases"] = [_build(CaseOutput, o) for o in c.get("cases", [])]
+            c["cases"] = [CaseOutput.from_json(o) for o in c.get("cases", [])]
             checks.append(_build(CheckReport, c))
         data["checks"] = checks
+        data["error"] = _error(data.get("error"))
+        data["measured"] = _build(MeasuredTimes, data["measured"]) if data.get("measured") else None
         return _build(cls, data)
-
-    @property
-    def eval_error(self) -> EvalError | None:
-        e = self.error
-        return EvalError(e["kind"], e["detail"], e.get("line"), e.get("stage")) if e else None
 
 
 @dataclass
@@ -143,14 +203,65 @@ class ReferenceRequest:
 
 
 @dataclass
+class ExportedTask:
+    """One task's reference described: its production configurations, its exported program for each, and which
+    inputs each reads; or why it could not be (`task_error`)."""
+
+    production: list[dict[str, Any]] = field(default_factory=list)  # tasks.config_to_json
+    programs: list[str] = field(default_factory=list)  # file names under out/<index>/
+    used_inputs: list[list[bool]] = field(default_factory=list)  # per configuration, per input
+    task_error: str | None = None
+
+
+@dataclass
 class ReferenceReport:
-    # task dir -> {"production": [config JSON], "programs": [file names under out/<index>/], "used_inputs":
-    # [[bool per input]], "task_error": str | None}
-    exported: dict[str, dict[str, Any]] = field(default_factory=dict)
-    outputs: dict[str, dict[str, dict[str, str | None]]] = field(default_factory=dict)  # key -> case -> files
+    exported: dict[str, ExportedTask] = field(default_factory=dict)  # by task dir
+    # key -> case -> {"expected" | "truth" | "perturbed": file name}: only the parts computed are present, which
+    # is how the outputs cache tells a part not computed yet from one that has no file
+    outputs: dict[str, dict[str, dict[str, str | None]]] = field(default_factory=dict)
     task_error: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def read(cls, path: Path) -> ReferenceReport:
-        return _build(cls, json.loads(path.read_text()))
+        data = json.loads(path.read_text())
+        data["exported"] = {k: _build(ExportedTask, v) for k, v in data.get("exported", {}).items()}
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class CompileRequest:
+    """One line on a compile server's stdin; the reply is `out/<id>/result.json` in its scratch directory."""
+
+    id: str
+    exported: str  # the jax.export serialization to compile
+    target: str
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> CompileRequest:
+        return _build(cls, json.loads(text))
+
+
+@dataclass
+class CompileReply:
+    """A compile server's answer: the compiler's figures, or its refusal (`error_type`, `error`)."""
+
+    ok: bool
+    compile_seconds: float = 0.0
+    ops: list[tuple[str, int]] = field(default_factory=list)  # (op, estimated cycles) from the static profile
+    memory: dict[str, int] = field(default_factory=dict)
+    hlo_text: str = ""
+    cost: dict[str, float] = field(default_factory=dict)
+    profiled: bool = False
+    error_type: str = ""
+    error: str = ""
+    traceback: str = ""
+
+    @classmethod
+    def read(cls, path: Path) -> CompileReply:
+        data = json.loads(path.read_text())
+        data["ops"] = [(str(n), int(c)) for n, c in data.get("ops", [])]
+        return _build(cls, data)

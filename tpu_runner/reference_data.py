@@ -24,7 +24,7 @@ import jax
 
 from storage.settings import EvalLimits, Settings
 from tpu_runner.compile_service import CompileAnswer, CompileService
-from tpu_runner.protocol import OutputJob, ReferenceReport, ReferenceRequest, write_json
+from tpu_runner.protocol import ExportedTask, OutputJob, ReferenceReport, ReferenceRequest, write_json
 from tpu_runner.sandbox import ChildOutcome, child_environment, run_child
 from tpu_runner.tasks import Configuration, Task, TaskError, config_from_json
 
@@ -103,23 +103,24 @@ class ReferenceStore:
         failed = {}
         try:
             for i, task in enumerate(missing):
-                described = report.exported.get(str(task.path), {"task_error": "the reference's child said nothing"})
-                if described.get("task_error"):
-                    failed[task.task_id] = TaskError(described["task_error"])
+                described = report.exported.get(str(task.path),
+                                                ExportedTask(task_error="the reference's child said nothing"))
+                if described.task_error:
+                    failed[task.task_id] = TaskError(described.task_error)
                     continue
                 self._install(task, described, scratch / "out" / str(i))
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         return failed
 
-    def _install(self, task: Task, described: dict[str, Any], files: Path) -> None:
+    def _install(self, task: Task, described: ExportedTask, files: Path) -> None:
         root = self._dir(task)
         staging = root.with_name(root.name + f".{uuid.uuid4().hex[:6]}")
         staging.mkdir(parents=True)
-        for name in described["programs"]:
+        for name in described.programs:
             shutil.move(files / name, staging / name)
-        (staging / "programs.json").write_text(json.dumps({k: described[k] for k in ("production", "programs",
-                                                                                       "used_inputs")}))
+        (staging / "programs.json").write_text(json.dumps({"production": described.production, "programs":
+                                                           described.programs, "used_inputs": described.used_inputs}))
         if root.exists():
             shutil.rmtree(staging, ignore_errors=True)
         else:

@@ -21,7 +21,7 @@ from tpu_runner.arrays import OutputSet, save_outputs
 from tpu_runner.correctness import perturbed_truth, run_reference_case
 from tpu_runner.inputs import EVALUATOR_CASES
 from tpu_runner.numerics import as_on_tpu
-from tpu_runner.protocol import ReferenceReport, ReferenceRequest, write_json
+from tpu_runner.protocol import ExportedTask, ReferenceReport, ReferenceRequest, write_json
 from tpu_runner.tasks import (
     TaskError,
     abstract_configurations,
@@ -58,23 +58,23 @@ def _stage(workdir: Path, name: str) -> None:
     (workdir / "stage").write_text(name)
 
 
-def describe(task_dir: str, out: Path) -> dict[str, Any]:
+def describe(task_dir: str, out: Path) -> ExportedTask:
     """A task's production configurations, the inputs its reference reads, and its exported programs (written
     under `out`)."""
     task = load_task(task_dir)
     ref_fn = import_reference(task).computation
-    described: dict[str, Any] = {"production": [], "programs": [], "used_inputs": [], "task_error": None}
+    described = ExportedTask()
     out.mkdir(parents=True, exist_ok=True)
     prod = with_integer_ranges(abstract_configurations(task), integer_inputs(task))
     for i, config in enumerate(prod):
-        described["production"].append(config_to_json(config))
+        described.production.append(config_to_json(config))
         args = [jax.ShapeDtypeStruct(a.shape, np.dtype(a.dtype)) for a in config.dynamic]
         fn = jax.jit(lambda *d, _c=config: ref_fn(*d, *_c.static))
-        described["used_inputs"].append(used_inputs(jax.make_jaxpr(fn)(*args)))
+        described.used_inputs.append(used_inputs(jax.make_jaxpr(fn)(*args)))
         exported = jax.export.export(fn, platforms=["tpu"])(*args)
         name = f"reference.config{i}.exported"
         (out / name).write_bytes(exported.serialize())
-        described["programs"].append(name)
+        described.programs.append(name)
     return described
 
 
@@ -102,7 +102,7 @@ def run(request: ReferenceRequest, workdir: Path) -> ReferenceReport:
             try:
                 report.exported[task_dir] = describe(task_dir, out / str(i))
             except Exception as exc:  # noqa: BLE001 - a reference that fails is the task's problem, said as such
-                report.exported[task_dir] = {"task_error": _failure(exc)}
+                report.exported[task_dir] = ExportedTask(task_error=_failure(exc))
         report.timings["export"] = time.perf_counter() - t0
     if not request.outputs:
         return report

@@ -8,6 +8,7 @@ from typing import Any, Literal
 Verdict = Literal["ok", "unverified", "rejected", "lowering_error", "compile_error", "incorrect", "timeout",
                   "crashed", "duplicate"]
 Stage = Literal["static", "lower", "compile", "correctness", "performance", "profile", "done"]
+Host = Literal["cpu", "tpu"]
 
 # The verdict a failure at each stage gives (timeouts and crashes can happen at any stage).
 VERDICT_FOR_STAGE: dict[str, Verdict] = {
@@ -31,6 +32,10 @@ class EvalError:
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "line": self.line, "detail": self.detail, "stage": self.stage}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EvalError:
+        return cls(data["kind"], data["detail"], data.get("line"), data.get("stage"))
 
 
 @dataclass
@@ -73,7 +78,7 @@ class Performance:
 class EvalResult:
     task: str
     target: str
-    host: Literal["cpu", "tpu"]
+    host: Host
     verdict: Verdict
     stage: Stage
     message: str
@@ -113,7 +118,7 @@ class EvalResult:
         return cls(**data)
 
 
-def failure(*, task: str, target: str, host: Literal["cpu", "tpu"], stage: Stage, error: EvalError,
+def failure(*, task: str, target: str, host: Host, stage: Stage, error: EvalError,
             verdict: Verdict | None = None, **extra: Any) -> EvalResult:
     """A result for a candidate that stopped at `stage`."""
     verdict = verdict or VERDICT_FOR_STAGE[stage]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage.settings import EvalLimits
+from tpu_runner.protocol import ChildStart, SandboxLimits
 
 # Passed through to the child; everything else (tokens, database URLs, API keys) stays behind.
 _ENV_KEEP = ("PATH", "LANG", "LC_ALL", "TZ", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
@@ -102,7 +103,7 @@ def kill_running_children() -> int:
 
 
 @dataclass
-class Child:
+class SandboxProcess:
     """A sandboxed process that has applied its limits and imported its code, waiting for its arguments."""
 
     proc: subprocess.Popen[bytes]
@@ -135,15 +136,15 @@ class Child:
         timed_out = memory_exceeded = stopped = False
         last_stage = ""
         proc = self.proc
+        stdin = proc.stdin
+        assert stdin is not None
         with _running_lock:
             _running.add(proc)
         try:
-            assert proc.stdin is not None
-            message = {"argv": args, "writable": [str(p) for p in writable]}
-            proc.stdin.write((json.dumps(message) + "\n").encode())
-            proc.stdin.flush()
+            stdin.write((ChildStart(argv=args, writable=[str(p) for p in writable]).to_json() + "\n").encode())
+            stdin.flush()
             if gate is None:
-                proc.stdin.close()
+                stdin.close()
         except BrokenPipeError:
             pass  # it died while waiting; its exit status says how
         try:
@@ -159,7 +160,7 @@ class Child:
                 if should_stop is not None and should_stop():
                     stopped = True
                     break
-                if gate is not None and not proc.stdin.closed and gate.file.is_file():  # type: ignore[union-attr]
+                if gate is not None and not stdin.closed and gate.file.is_file():
                     _answer(proc, gate.answer(gate.file.read_text().strip()))
                 if on_stage and stage_file.is_file():
                     stage = stage_file.read_text().strip()
@@ -195,17 +196,17 @@ def _answer(proc: subprocess.Popen[bytes], reply: str) -> None:
         proc.stdin.close()
 
 
-def spawn(*, target: str, scratch: Path, env: dict[str, str], limits: EvalLimits) -> Child:
+def spawn(*, target: str, scratch: Path, env: dict[str, str], limits: EvalLimits) -> SandboxProcess:
     """Start a child running `target` (a module with main(argv), or a script path) that waits for its arguments."""
     (scratch / "llo_dump").mkdir(parents=True, exist_ok=True)
-    sandbox_limits = json.dumps({"cpu_seconds": limits.cpu_seconds, "file_bytes": _FILE_BYTES})
-    cmd = [sys.executable, "-m", "tpu_runner.sandbox_entry", sandbox_limits, target]
+    sandbox_limits = SandboxLimits(cpu_seconds=limits.cpu_seconds, file_bytes=_FILE_BYTES)
+    cmd = [sys.executable, "-m", "tpu_runner.sandbox_entry", sandbox_limits.to_json(), target]
     # The package must be importable from the scratch directory the child runs in.
     env = {**env, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     with open(scratch / "stdout.txt", "wb") as out, open(scratch / "stderr.txt", "wb") as err:
         proc = subprocess.Popen(cmd, cwd=scratch, env=env, stdout=out, stderr=err, stdin=subprocess.PIPE,
                                 start_new_session=True)
-    return Child(proc=proc, scratch=scratch, spawned_at=time.monotonic())
+    return SandboxProcess(proc=proc, scratch=scratch, spawned_at=time.monotonic())
 
 
 def run_child(*, module: str, args: list[str], workdir: Path, env: dict[str, str], limits: EvalLimits,

@@ -1,9 +1,10 @@
 """First code a sandboxed child runs: apply its limits while it is still one thread, then run the stage code.
 
-`python -m tpu_runner.sandbox_entry LIMITS_JSON MODULE|SCRIPT.py`, then one line of JSON on stdin: the
-arguments, as a list or as `{"argv": [...], "writable": [...]}`. Kept free of heavy imports so the limits and
-the network namespace are in place before JAX, libtpu or any candidate code is loaded; the module is imported
-before its arguments arrive, so a spare starts at once. Once they arrive, and before any of the code they name
+`python -m tpu_runner.sandbox_entry LIMITS_JSON MODULE|SCRIPT.py` (`protocol.SandboxLimits`), then one line of
+JSON on stdin (`protocol.ChildStart`): the arguments, as a list or as `{"argv": [...], "writable": [...]}`. Kept
+free of heavy imports (the protocol's records are plain dataclasses) so the limits and the network namespace are
+in place before JAX, libtpu or any candidate code is loaded; the module is imported before its arguments arrive,
+so a spare starts at once. Once they arrive, and before any of the code they name
 runs, Landlock confines writes to the working directory and the `writable` directories: a candidate cannot
 touch the database, the caches or other evaluations' artifacts. `KERNELBOT_SANDBOX` tells the code what holds.
 """
@@ -11,17 +12,18 @@ touch the database, the caches or other evaluations' artifacts. `KERNELBOT_SANDB
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import resource
 import runpy
 import sys
 
+from tpu_runner.protocol import ChildStart, SandboxLimits
 
-def apply_limits(limits: dict[str, int]) -> list[str]:
+
+def apply_limits(limits: SandboxLimits) -> list[str]:
     notes = []
-    resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu_seconds"], limits["cpu_seconds"] + 5))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_bytes"], limits["file_bytes"]))
+    resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 5))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     problem = isolate_network()
     if problem:
@@ -71,8 +73,7 @@ def confine_writes(writable: list[str]) -> str:
 
 
 def main() -> None:
-    limits = json.loads(sys.argv[1])
-    notes = apply_limits(limits)
+    notes = apply_limits(SandboxLimits.from_json(sys.argv[1]))
     if notes:
         print("sandbox: " + "; ".join(notes), file=sys.stderr)
     target = sys.argv[2]
@@ -81,10 +82,9 @@ def main() -> None:
     line = sys.stdin.readline()
     if not line:
         return  # discarded unused
-    request = json.loads(line)
-    argv, writable = (request, []) if isinstance(request, list) else (request["argv"], request.get("writable", []))
-    os.environ["KERNELBOT_SANDBOX"] = confine_writes([os.getcwd(), *writable])
-    sys.argv = [target, *argv]
+    start = ChildStart.from_json(line)
+    os.environ["KERNELBOT_SANDBOX"] = confine_writes([os.getcwd(), *start.writable])
+    sys.argv = [target, *start.argv]
     if module is None:  # a script path (the sandbox's own tests use this)
         runpy.run_path(target, run_name="__main__")
     else:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from storage.settings import EvalLimits, Settings
 from tpu_runner.compile_service import CompileService
-from tpu_runner.sandbox import Child, spawn
+from tpu_runner.sandbox import SandboxProcess, spawn
 
 
 class SparePool:
@@ -21,7 +21,7 @@ class SparePool:
 
     def __init__(self, *, root: Path, limits: EvalLimits, keep: int, target: str = "tpu_runner.child"):
         self.root, self.limits, self.keep, self.target = root, limits, keep, target
-        self._spares: dict[str, list[Child]] = {}
+        self._spares: dict[str, list[SandboxProcess]] = {}
         self._compilers: dict[str, CompileService] = {}
         self._lock = threading.Lock()
 
@@ -32,11 +32,11 @@ class SparePool:
                                                                  static_profile=static_profile)
             return self._compilers[static_profile]
 
-    def _spawn(self, key: str, env_for: Callable[[Path], dict[str, str]]) -> Child:
+    def _spawn(self, key: str, env_for: Callable[[Path], dict[str, str]]) -> SandboxProcess:
         scratch = self.root / f"{key}-{uuid.uuid4().hex[:10]}"
         return spawn(target=self.target, scratch=scratch, env=env_for(scratch), limits=self.limits)
 
-    def acquire(self, key: str, env_for: Callable[[Path], dict[str, str]]) -> Child:
+    def acquire(self, key: str, env_for: Callable[[Path], dict[str, str]]) -> SandboxProcess:
         """A started child for this environment, and a replacement started in its place."""
         with self._lock:
             children = self._spares.get(key, [])
