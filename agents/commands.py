@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Engine, update
-from sqlmodel import Session, col, select
+from sqlalchemy import Engine
+from sqlmodel import Session
 
 from agents.auto_decide import AutoConfig, StepRecord
 from agents.hitl import DecisionRejected, answered_step, hitl_next_action, record_decision_in
 from agents.search import start_search, stop_search
 from agents.search_decide import SearchConfig
 from storage import queue, sessions
-from storage.models import Candidate, Decision, Job, KernelSession, now
+from storage.models import Decision, KernelSession
 from tpu_runner.jobs import FollowUp
 from tpu_runner.tasks import Task, load_task
 
@@ -86,8 +86,7 @@ def cancel_session(engine: Engine, *, session_id: str, actor: str, step: int | N
         answers = answered_step(s, session_id=session_id, step=step)
         if record.mode == "search":
             stop_search(s, session_id, f"cancelled by {actor}")
-        s.execute(update(Job).where(Job.session_id == session_id, col(Job.status) == "queued")
-                  .values(status="cancelled", finished_at=now()))
+        queue.cancel_queued(s, session_id=session_id)
         sessions.set_session_status(s, session_id=session_id, status="cancelled")
         outputs = {"action": "cancel", "text": None, "actor": actor, "answers": answers, "via": via}
         if record.mode != "search":
@@ -103,7 +102,7 @@ def continue_with_search(engine: Engine, *, session_id: str, actor: str, step: i
         record = sessions.get_session(s, session_id=session_id)
         if record.best_candidate_id is None:
             raise DecisionRejected(f"session {session_id} has no kernel faster than the reference to search from")
-        seed = s.exec(select(Candidate).where(Candidate.id == record.best_candidate_id)).one()
+        seed = sessions.get_candidate(s, candidate_id=record.best_candidate_id)
         task, target, brain = load_task(record.task_dir or ""), record.target, (record.budget or {}).get("brain")
         channel, thread = record.slack_channel, record.slack_thread_ts
     with Session(engine) as s, s.begin():  # the decision and the search it starts: both or neither
@@ -118,12 +117,10 @@ def recover_stranded(engine: Engine) -> list[str]:
     any number of processes: the advance job's dedup key keeps it to one."""
     recovered: list[str] = []
     with Session(engine) as s, s.begin():
-        live = set(s.exec(select(Job.session_id).where(col(Job.status).in_(("queued", "running")),
-                                                       col(Job.session_id).is_not(None))).all())
+        live = queue.session_ids_with_jobs(s, statuses=("queued", "running"))
         # Only sessions that runners move (they have had jobs): a terminal runs its own sessions in-process.
-        queued_ever = set(s.exec(select(Job.session_id).where(col(Job.session_id).is_not(None))).all())
-        for record in s.exec(select(KernelSession).where(col(KernelSession.mode).in_(tuple(ADVANCE_KIND)),
-                                                          col(KernelSession.status).not_in(FINISHED))).all():
+        queued_ever = queue.session_ids_with_jobs(s)
+        for record in sessions.get_unfinished_sessions(s, modes=tuple(ADVANCE_KIND), finished=FINISHED):
             if record.id in live or record.id not in queued_ever or not _has_work(s, record):
                 continue
             _enqueue_advance(s, session_id=record.id, mode=record.mode, target=record.target)

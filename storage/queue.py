@@ -184,6 +184,28 @@ def cancel(session: Session, *, job_id: int) -> bool:
     return result.rowcount == 1
 
 
+def cancel_queued(session: Session, *, session_id: str) -> int:
+    """Cancel the session's jobs no runner holds yet (a running one finds out from its session); returns how many."""
+    result = session.execute(update(Job).where(Job.session_id == session_id, col(Job.status) == "queued")
+                             .values(status="cancelled", finished_at=now()))
+    return int(result.rowcount)
+
+
+def session_ids_with_jobs(session: Session, *, statuses: Sequence[str] | None = None) -> set[str]:
+    """The sessions that have jobs (only jobs in `statuses`, when given)."""
+    query = select(Job.session_id).where(col(Job.session_id).is_not(None))
+    if statuses is not None:
+        query = query.where(col(Job.status).in_(list(statuses)))
+    return {session_id for session_id in session.exec(query).all() if session_id is not None}
+
+
+def live_counts(session: Session) -> dict[str, int]:
+    """How many jobs are queued and how many running (a status with none is missing)."""
+    rows = session.exec(select(Job.status, func.count()).where(col(Job.status).in_(("queued", "running")))
+                        .group_by(col(Job.status))).all()
+    return {status: int(count) for status, count in rows}
+
+
 def runnable_later(session: Session, *, kinds: Sequence[str], targets: Sequence[str]) -> int:
     """Jobs of these kinds that are queued (possibly backing off) or held by someone: work may still come."""
     query = select(func.count()).select_from(Job).where(

@@ -35,3 +35,8 @@ def get_runners(session: Session, *, include_stopped: bool = False) -> list[Runn
     if not include_stopped:
         query = query.where(Runner.status != "stopped")
     return list(session.exec(query).all())
+
+
+def get_active_runners(session: Session) -> list[Runner]:
+    """The runners registered as active, by name (one silent for long is still listed: callers judge staleness)."""
+    return list(session.exec(select(Runner).where(Runner.status == "active").order_by(col(Runner.name))).all())

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlmodel import Session, col, func, select
 
-from storage.models import Candidate, KernelSession, SessionEvent, Step, now
+from storage.models import Candidate, Evaluation, KernelSession, SessionEvent, Step, now
 
 
 def create_session(session: Session, *, mode: str, task: str, target: str, owner: str | None = None,
@@ -24,6 +25,49 @@ def get_session(session: Session, *, session_id: str) -> KernelSession:
     if record is None:
         raise LookupError(f"no session {session_id}")
     return record
+
+
+def get_sessions(session: Session, *, limit: int, statuses: Sequence[str] | None = None) -> list[KernelSession]:
+    """The newest sessions first (only those in `statuses`, when given): what listings show."""
+    query = select(KernelSession).order_by(col(KernelSession.created_at).desc()).limit(limit)
+    if statuses is not None:
+        query = query.where(col(KernelSession.status).in_(list(statuses)))
+    return list(session.exec(query).all())
+
+
+def get_awaiting_sessions(session: Session, *, mode: str | None = None, limit: int | None = None
+                          ) -> list[KernelSession]:
+    """Sessions waiting for a person, the longest waiting first."""
+    query = select(KernelSession).where(KernelSession.status == "awaiting").order_by(col(KernelSession.updated_at))
+    if mode is not None:
+        query = query.where(KernelSession.mode == mode)
+    if limit is not None:
+        query = query.limit(limit)
+    return list(session.exec(query).all())
+
+
+def get_unfinished_sessions(session: Session, *, modes: Sequence[str], finished: Sequence[str]
+                            ) -> list[KernelSession]:
+    """Sessions of these modes whose status is not one of `finished`: those that may still have work."""
+    return list(session.exec(select(KernelSession).where(col(KernelSession.mode).in_(list(modes)),
+                                                         col(KernelSession.status).not_in(list(finished)))).all())
+
+
+def get_session_in_thread(session: Session, *, channel: str, thread_ts: str, statuses: Sequence[str]
+                          ) -> KernelSession | None:
+    """The newest session in one of `statuses` that lives in this Slack thread (several may share one)."""
+    return session.exec(select(KernelSession).where(KernelSession.slack_channel == channel,
+                                                    KernelSession.slack_thread_ts == thread_ts,
+                                                    col(KernelSession.status).in_(list(statuses)))
+                        .order_by(col(KernelSession.created_at).desc())).first()
+
+
+def set_thread(session: Session, *, session_id: str, thread_ts: str) -> None:
+    """Keep where the session's thread starts; a thread already recorded stays, so a late retry moves nothing."""
+    record = session.get(KernelSession, session_id)
+    if record is not None and record.slack_thread_ts is None:
+        record.slack_thread_ts = thread_ts
+        session.add(record)
 
 
 def get_steps(session: Session, *, session_id: str, status: str | None = "done") -> list[Step]:
@@ -59,6 +103,19 @@ def add_step(session: Session, *, session_id: str, kind: str, inputs: dict[str, 
     return step
 
 
+def get_candidate(session: Session, *, candidate_id: int | None) -> Candidate:
+    """The candidate with this id (NoResultFound when there is none: callers hold ids they read)."""
+    return session.exec(select(Candidate).where(Candidate.id == candidate_id)).one()
+
+
+def get_evaluations(session: Session, *, candidate_ids: Sequence[int]) -> list[Evaluation]:
+    """The evaluations of these candidates, oldest first: keyed by candidate, a re-evaluation wins."""
+    if not candidate_ids:
+        return []
+    return list(session.exec(select(Evaluation).where(col(Evaluation.candidate_id).in_(list(candidate_ids)))
+                             .order_by(col(Evaluation.id))).all())
+
+
 def add_candidate(session: Session, *, task: str, code: str, content_hash: str, session_id: str | None = None,
                   parent_id: int | None = None, plan: str | None = None, strategy: str | None = None,
                   meta: dict[str, Any] | None = None) -> Candidate:
@@ -74,6 +131,12 @@ def add_event(session: Session, *, session_id: str, kind: str, payload: dict[str
     session.add(event)
     session.flush()
     return event
+
+
+def get_latest_event(session: Session, *, session_id: str, kind: str) -> SessionEvent | None:
+    """The session's newest event of this kind, if it had one."""
+    return session.exec(select(SessionEvent).where(SessionEvent.session_id == session_id, SessionEvent.kind == kind)
+                        .order_by(col(SessionEvent.id).desc())).first()
 
 
 def set_session_status(session: Session, *, session_id: str, status: str, best_candidate_id: int | None = None) -> None:

@@ -4,7 +4,7 @@ told when nothing happened (None when it was recorded). No Slack here: listeners
 
 from __future__ import annotations
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from agents.commands import continue_with_search, decide
 from agents.hitl import DecisionRejected
@@ -18,11 +18,9 @@ LIVE = ("active", "awaiting", "done")  # a finished Auto session still takes ado
 def apply_decision(ctx: BotContext, *, session_id: str, step: int | None, action: str, user: str,
                    text: str | None = None, via: str = "button") -> str | None:
     try:
-        with Session(ctx.engine) as s:
-            owner = sessions.get_session(s, session_id=session_id).owner
+        allowed, why = ctx.may_steer_session(user=user, session_id=session_id)
     except LookupError:
         return f"Session `{session_id}` no longer exists; nothing was changed."
-    allowed, why = ctx.may_steer(user=user, owner=owner)
     if not allowed:
         return why
     try:
@@ -39,7 +37,4 @@ def apply_decision(ctx: BotContext, *, session_id: str, step: int | None, action
 def session_in_thread(ctx: BotContext, *, channel: str, thread_ts: str) -> KernelSession | None:
     """The newest live session that lives in this thread (a search started from a session shares its thread)."""
     with Session(ctx.engine) as s:
-        return s.exec(select(KernelSession).where(KernelSession.slack_channel == channel,
-                                                  KernelSession.slack_thread_ts == thread_ts,
-                                                  col(KernelSession.status).in_(LIVE))
-                      .order_by(col(KernelSession.created_at).desc())).first()
+        return sessions.get_session_in_thread(s, channel=channel, thread_ts=thread_ts, statuses=LIVE)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from agents.brains import default_brain
 from agents.commands import cancel_session, start_session
@@ -24,7 +24,7 @@ from bot.slack.views.port_form import port_form
 from bot.slack.views.reference_form import reference_form
 from bot.task_suites import suite_tasks
 from storage import runners, sessions
-from storage.models import KernelSession, Step, now
+from storage.models import KernelSession, now
 from tpu_runner.hardware import get_chip
 from tpu_runner.tasks import load_task
 
@@ -119,7 +119,7 @@ class KernelCommands:
 
     def do_list(self, command: Command, **_: Any) -> Reply:
         with Session(self.ctx.engine) as s:
-            recent = s.exec(select(KernelSession).order_by(col(KernelSession.created_at).desc()).limit(10)).all()
+            recent = sessions.get_sessions(s, limit=10)
         if not recent:
             return "No sessions yet: `/kernel new TASK` starts one."
         return "Recent sessions:\n" + "\n".join(session_line(r) for r in recent)
@@ -128,8 +128,7 @@ class KernelCommands:
         if "session" in command.args:
             return self.do_show(command, **kwargs)
         with Session(self.ctx.engine) as s:
-            active = s.exec(select(KernelSession).where(col(KernelSession.status).in_(ACTIVE))
-                            .order_by(col(KernelSession.created_at).desc()).limit(20)).all()
+            active = sessions.get_sessions(s, limit=20, statuses=ACTIVE)
         if not active:
             return "No session is active. `/kernel list` shows recent ones."
         return "Active sessions:\n" + "\n".join(session_line(r) for r in active)
@@ -137,7 +136,7 @@ class KernelCommands:
     def do_show(self, command: Command, **_: Any) -> Reply:
         with Session(self.ctx.engine) as s:
             record = sessions.get_session(s, session_id=command.args["session"])
-            steps = s.exec(select(Step).where(Step.session_id == record.id).order_by(col(Step.index))).all()
+            steps = sessions.get_steps(s, session_id=record.id, status=None)
             lines = [session_line(record).removeprefix("• ")]
             for st in list(steps)[-12:]:
                 out = st.outputs or {}
@@ -155,9 +154,7 @@ class KernelCommands:
 
     def do_cancel(self, command: Command, *, user: str, **_: Any) -> Reply:
         session_id = command.args["session"]
-        with Session(self.ctx.engine) as s:
-            owner = sessions.get_session(s, session_id=session_id).owner
-        allowed, why = self.ctx.may_steer(user=user, owner=owner)
+        allowed, why = self.ctx.may_steer_session(user=user, session_id=session_id)
         if not allowed:
             return why
         cancel_session(self.ctx.engine, session_id=session_id, actor=user, via="command")

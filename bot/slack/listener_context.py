@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
 from bot.slack.steering import SteeringPolicy, may_steer
+from storage import sessions
 from storage.models import SlackInbox
 from storage.settings import Settings
 
@@ -70,6 +71,15 @@ class BotContext:
             return False
 
     def may_steer(self, *, user: str, owner: str | None) -> tuple[bool, str]:
+        """(allowed, why not) for whatever `owner` started: the policy, with the user's groups looked up only
+        when they could matter."""
         groups = self.groups.groups_of(user, self.policy.groups) if self.policy.groups and user != owner \
             else frozenset()
         return may_steer(self.policy, user=user, owner=owner, user_groups=groups)
+
+    def may_steer_session(self, *, user: str, session_id: str) -> tuple[bool, str]:
+        """The one owner check of every surface that acts on a session by its id (a button, a modal, a command);
+        LookupError when the session is gone, so each caller says so in its own words."""
+        with Session(self.engine) as s:
+            owner = sessions.get_session(s, session_id=session_id).owner
+        return self.may_steer(user=user, owner=owner)

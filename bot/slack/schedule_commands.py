@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from agents.brains import default_brain
 from agents.search_decide import SearchConfig
@@ -16,6 +16,7 @@ from bot.slack.outbound.digest import MANUAL_PREFIX, digest_text, gather_digest,
 from bot.slack.scheduler import SEARCH_KIND, CronError, next_fires, parse_cron, shortest_gap
 from bot.slack.slash import Command
 from bot.task_suites import suite_tasks
+from storage import schedules
 from storage.models import Schedule, now
 from tpu_runner.hardware import get_chip
 from tpu_runner.tasks import load_task
@@ -47,7 +48,7 @@ def _describe(row: Schedule) -> str:
 
 def _list(ctx: BotContext) -> str:
     with Session(ctx.engine) as s:
-        rows = s.exec(select(Schedule).where(Schedule.kind == SEARCH_KIND).order_by(col(Schedule.id))).all()
+        rows = schedules.get_schedules(s, kind=SEARCH_KIND)
     if not rows:
         return f"No recurring search is scheduled. {ADD_EXAMPLE} adds one."
     return "Recurring searches:\n" + "\n".join(_describe(r) for r in rows)
@@ -77,18 +78,16 @@ def _add(ctx: BotContext, command: Command, *, user: str, channel: str) -> str:
     task = load_task(tasks[name])  # a task that does not load is refused now, not at 2 a.m.
     target = get_chip(str(command.options.get("target") or ctx.settings.default_target)).name
     brain = str(command.options.get("brain") or default_brain(ctx.settings))
-    row = Schedule(name=f"{SEARCH_KIND}:{channel}:{task.task_id}:{cron}", kind=SEARCH_KIND, cron=cron,
-                   timezone=timezone, channel=channel,
-                   payload={"task": task.task_id, "task_dir": str(task.path), "strategy": config.strategy,
-                            "budget": config.budget, "brain": brain, "target": target, "owner": user})
+    name = f"{SEARCH_KIND}:{channel}:{task.task_id}:{cron}"
+    payload = {"task": task.task_id, "task_dir": str(task.path), "strategy": config.strategy,
+               "budget": config.budget, "brain": brain, "target": target, "owner": user}
     try:
         with Session(ctx.engine) as s, s.begin():
-            s.add(row)
-            s.flush()
-            schedule_id = row.id
+            schedule_id = schedules.create_schedule(s, name=name, kind=SEARCH_KIND, cron=cron, timezone=timezone,
+                                                    channel=channel, payload=payload).id
     except IntegrityError:
         with Session(ctx.engine) as s:
-            same = s.exec(select(Schedule).where(Schedule.name == row.name)).first()
+            same = schedules.get_schedule_named(s, name=name)
         which = f" (#{same.id})" if same else ""
         return (f"*{task.task_id}* is already scheduled at `{cron}` in this channel{which}; "
                 "`/kernel schedule list` shows the schedules.")
@@ -106,7 +105,7 @@ def _remove(ctx: BotContext, command: Command, *, user: str) -> str:
         what = f"`{shown}` is not a schedule id" if shown else "`schedule remove` needs a schedule id"
         return f"{what}: `/kernel schedule list` shows them, e.g. `/kernel schedule remove 3`."
     with Session(ctx.engine) as s:
-        row = s.get(Schedule, int(raw))
+        row = schedules.get_schedule(s, schedule_id=int(raw))
         owner = (row.payload or {}).get("owner") if row else None
     if row is None or row.kind != SEARCH_KIND:
         return f"No schedule #{raw}: `/kernel schedule list` shows the schedules and their ids."
@@ -114,9 +113,7 @@ def _remove(ctx: BotContext, command: Command, *, user: str) -> str:
     if not allowed:
         return why.replace("steer this session", "remove this schedule")
     with Session(ctx.engine) as s, s.begin():
-        gone = s.get(Schedule, int(raw))
-        if gone is not None:
-            s.delete(gone)
+        schedules.delete_schedule(s, schedule_id=int(raw))
     return f"Removed schedule #{raw} (the *{(row.payload or {}).get('task')}* search at `{row.cron}`)."
 
 

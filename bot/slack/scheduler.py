@@ -23,14 +23,14 @@ from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
-from sqlalchemy import Engine, or_, update
-from sqlmodel import Session, col, select
+from sqlalchemy import Engine
+from sqlmodel import Session
 
 from agents.commands import recover_stranded
 from agents.search import start_search
 from agents.search_decide import SearchConfig
 from bot.slack.outbound.digest import last_scheduled_end, period_start, record_digest
-from storage.models import Schedule
+from storage import schedules
 from storage.settings import Settings
 from tpu_runner.tasks import load_task
 
@@ -201,24 +201,12 @@ def record_due_digests(engine: Engine, *, channel: str, trigger: CronTrigger, no
             if fire_digest(engine, channel=channel, fire=fire)]
 
 
-def claim_schedule(s: Session, *, schedule_id: int, fire_at: float) -> Schedule | None:
-    """Compare-and-set: move the schedule's `last_run_at` to this fire unless someone already did. Holding the
-    row until the caller commits, so a second caller of the same fire waits, then finds it taken (None)."""
-    claimed = s.execute(update(Schedule).where(
-        col(Schedule.id) == schedule_id, col(Schedule.enabled),
-        or_(col(Schedule.last_run_at).is_(None), col(Schedule.last_run_at) < fire_at),
-    ).values(last_run_at=fire_at))
-    if claimed.rowcount != 1:  # type: ignore[attr-defined]
-        return None
-    return s.exec(select(Schedule).where(Schedule.id == schedule_id)).one()
-
-
 def fire_schedule(engine: Engine, *, schedule_id: int, fire_at: float) -> str | None:
     """Start the schedule's search for the fire at `fire_at` (UNIX seconds), once however many processes try:
     returns the new session's id, or None when this fire was already claimed (or the schedule is gone).
     The claim and the search commit together: a search that cannot start leaves the fire unclaimed."""
     with Session(engine) as s, s.begin():
-        schedule = claim_schedule(s, schedule_id=schedule_id, fire_at=fire_at)
+        schedule = schedules.claim_schedule(s, schedule_id=schedule_id, fire_at=fire_at)
         if schedule is None:
             return None
         p = dict(schedule.payload or {})
@@ -303,8 +291,7 @@ class KernelScheduler:
         """Make the scheduled jobs match the enabled search schedules in the database."""
         try:
             with Session(self.engine) as s:
-                rows = list(s.exec(select(Schedule).where(Schedule.kind == SEARCH_KIND, col(Schedule.enabled))
-                                .order_by(col(Schedule.id))).all())
+                rows = schedules.get_schedules(s, kind=SEARCH_KIND, enabled_only=True)
         except Exception:  # noqa: BLE001 - the database may be away for a while; the next sync tries again
             log.exception("scheduler: could not read the schedules")
             return

@@ -7,13 +7,11 @@ from typing import Any
 
 from slack_bolt import Ack, App
 from slack_sdk import WebClient
-from sqlmodel import Session
 
 from bot.slack.decisions import apply_decision
 from bot.slack.listener_context import BotContext
 from bot.slack.views.redirect_modal import redirect_modal
 from bot.slack.views.session import button_value
-from storage import sessions
 
 DECISIONS = ("approve", "handoff", "cancel", "iterate", "finish", "adopt", "search", "handback")
 
@@ -51,12 +49,10 @@ def register(app: App, ctx: BotContext) -> None:
         user, channel = _where(body)
         session_id, step = button_value(action.get("value", ""))
         try:
-            with Session(ctx.engine) as s:
-                owner = sessions.get_session(s, session_id=session_id).owner
+            allowed, why = ctx.may_steer_session(user=user, session_id=session_id)
         except LookupError:
             _tell(client, channel=channel, user=user, text=f"Session `{session_id}` no longer exists.")
             return
-        allowed, why = ctx.may_steer(user=user, owner=owner)
         if not allowed:
             _tell(client, channel=channel, user=user, text=why)
             return

@@ -6,7 +6,7 @@ from typing import Any
 
 from slack_bolt import App
 from slack_sdk import WebClient
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from agents.auto_decide import StepRecord
 from agents.hitl import waiting_for
@@ -14,7 +14,7 @@ from bot.slack.listener_context import BotContext
 from bot.slack.views.home import HomeSession, build_home
 from bot.speedup import evaluation_speedup
 from storage import sessions
-from storage.models import Evaluation, KernelSession
+from storage.models import KernelSession
 
 RECENT = 15
 
@@ -22,11 +22,10 @@ RECENT = 15
 def home_sessions(ctx: BotContext, user: str) -> tuple[list[HomeSession], list[HomeSession]]:
     """(recent sessions, sessions waiting for a decision this person may take)."""
     with Session(ctx.engine) as s:
-        rows = list(s.exec(select(KernelSession).order_by(col(KernelSession.created_at).desc()).limit(RECENT)).all())
-        awaiting = list(s.exec(select(KernelSession).where(KernelSession.status == "awaiting", KernelSession.mode ==
-                                                           "hitl").order_by(col(KernelSession.updated_at)).limit(50)))
+        rows = sessions.get_sessions(s, limit=RECENT)
+        awaiting = sessions.get_awaiting_sessions(s, mode="hitl", limit=50)
         best_ids = [r.best_candidate_id for r in rows if r.best_candidate_id]
-        best = {e.candidate_id: e for e in s.exec(select(Evaluation).where(col(Evaluation.candidate_id).in_(best_ids)))}
+        best = {e.candidate_id: e for e in sessions.get_evaluations(s, candidate_ids=best_ids)}
 
         def item(r: KernelSession, waiting: str | None = None) -> HomeSession:
             e = best.get(r.best_candidate_id)

@@ -12,9 +12,9 @@ import io
 import time
 from typing import Any
 
-from sqlalchemy import Engine, func
+from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from agents.auto_decide import StepRecord
 from agents.hitl import waiting_for
@@ -22,8 +22,8 @@ from bot.slack.outbound.thread_ops import Op, Payload, Show, Upload
 from bot.slack.views.kit import thread_link
 from bot.slack.views.session import MAX_BLOCKS, SECTION_LIMIT, split_text
 from bot.speedup import no_clear_gain, speedup_text, stored_band
-from storage import sessions
-from storage.models import DigestRun, Evaluation, Job, KernelSession, Runner, SessionEvent
+from storage import digests, queue, runners, sessions
+from storage.models import DigestRun, Evaluation, KernelSession
 
 DAY_SECONDS = 24 * 3600.0
 STALE_SECONDS = 120.0  # a runner not heard from for longer is stale
@@ -43,9 +43,7 @@ def _where(r: KernelSession) -> dict[str, Any]:
 
 def _new_bests(s: Session, since: float, until: float) -> list[dict[str, Any]]:
     """Sessions whose best kernel was measured (or estimated) in the period, fastest first."""
-    rows = s.exec(select(KernelSession, Evaluation)
-                  .join(Evaluation, col(Evaluation.candidate_id) == col(KernelSession.best_candidate_id))
-                  .where(col(Evaluation.created_at) >= since, col(Evaluation.created_at) < until)).all()
+    rows = digests.get_best_evaluations(s, since=since, until=until)
     best: dict[str, tuple[KernelSession, Evaluation]] = {}
     for record, evaluation in rows:
         kept = best.get(record.id)
@@ -57,11 +55,7 @@ def _new_bests(s: Session, since: float, until: float) -> list[dict[str, Any]]:
 
 
 def _searches(s: Session, since: float, until: float) -> list[dict[str, Any]]:
-    rows = s.exec(select(SessionEvent, KernelSession)
-                  .join(KernelSession, col(KernelSession.id) == col(SessionEvent.session_id))
-                  .where(SessionEvent.kind == "search_finished", col(SessionEvent.created_at) >= since,
-                         col(SessionEvent.created_at) < until)
-                  .order_by(col(SessionEvent.id))).all()
+    rows = digests.get_finished_searches(s, since=since, until=until)
     return [{**_where(r), "evaluations": int((e.payload or {}).get("evaluations") or 0),
              "best_speedup": (e.payload or {}).get("best_speedup"), "best_method": (e.payload or {}).get("best_method"),
              "best_band": (e.payload or {}).get("best_band"), "reason": (e.payload or {}).get("reason"),
@@ -69,8 +63,7 @@ def _searches(s: Session, since: float, until: float) -> list[dict[str, Any]]:
 
 
 def _awaiting(s: Session) -> tuple[int, list[dict[str, Any]]]:
-    rows = s.exec(select(KernelSession).where(KernelSession.status == "awaiting")
-                  .order_by(col(KernelSession.updated_at))).all()
+    rows = sessions.get_awaiting_sessions(s)
     items = []
     for r in rows[:STORED_ITEMS]:
         waits = None
@@ -82,28 +75,22 @@ def _awaiting(s: Session) -> tuple[int, list[dict[str, Any]]]:
 
 
 def _failed_jobs(s: Session, since: float, until: float) -> tuple[int, list[dict[str, Any]]]:
-    period = (Job.status == "failed", col(Job.finished_at) >= since, col(Job.finished_at) < until)
-    count = int(s.exec(select(func.count()).select_from(Job).where(*period)).one())
-    rows = s.exec(select(Job).where(*period).order_by(col(Job.finished_at).desc()).limit(STORED_ITEMS)).all()
+    count, rows = digests.get_failed_jobs(s, since=since, until=until, limit=STORED_ITEMS)
     return count, [{"job": j.id, "kind": j.kind, "session": j.session_id, "attempts": j.attempts,
                     "reason": (j.last_error or "no reason recorded")[:1000], "at": j.finished_at} for j in rows]
 
 
 def _failed_sessions(s: Session, since: float, until: float) -> list[dict[str, Any]]:
-    rows = s.exec(select(KernelSession).where(KernelSession.status == "failed",
-                                              col(KernelSession.updated_at) >= since,
-                                              col(KernelSession.updated_at) < until)
-                  .order_by(col(KernelSession.updated_at))).all()
+    rows = digests.get_failed_sessions(s, since=since, until=until)
     return [{**_where(r), "at": r.updated_at} for r in rows]
 
 
 def _fleet(s: Session, until: float) -> dict[str, Any]:
-    runners = s.exec(select(Runner).where(Runner.status == "active").order_by(col(Runner.name))).all()
+    active = runners.get_active_runners(s)
     stale = [{"name": r.name, "host": r.host, "silent_seconds": round(until - r.heartbeat_at)}
-             for r in runners if until - r.heartbeat_at > STALE_SECONDS]
-    counts = dict(s.exec(select(Job.status, func.count()).where(col(Job.status).in_(("queued", "running")))
-                         .group_by(col(Job.status))).all())
-    return {"active": len(runners) - len(stale), "stale": stale, "stale_after": STALE_SECONDS,
+             for r in active if until - r.heartbeat_at > STALE_SECONDS]
+    counts = queue.live_counts(s)
+    return {"active": len(active) - len(stale), "stale": stale, "stale_after": STALE_SECONDS,
             "queued": int(counts.get("queued", 0)), "running": int(counts.get("running", 0))}
 
 
@@ -129,9 +116,7 @@ def gather_digest(s: Session, *, since: float, until: float) -> dict[str, Any]:
 
 def _scheduled_ends(s: Session, *, channel: str) -> list[float]:
     """Where the channel's recent scheduled digests ended (a manual one does not count)."""
-    runs = s.exec(select(DigestRun).where(DigestRun.channel == channel,
-                                          col(DigestRun.period).not_like(f"{MANUAL_PREFIX}%"))
-                  .order_by(col(DigestRun.id).desc()).limit(20)).all()
+    runs = digests.get_recent_digest_runs(s, channel=channel, excluding_prefix=MANUAL_PREFIX, limit=20)
     return [end for end in (float((r.payload or {}).get("until") or 0.0) for r in runs) if end > 0.0]
 
 
@@ -152,7 +137,8 @@ def record_digest(engine: Engine, *, channel: str, period: str, since: float, un
     (channel, period) was recorded already - by this process or another (the unique constraint decides)."""
     try:
         with Session(engine) as s, s.begin():
-            s.add(DigestRun(channel=channel, period=period, payload=gather_digest(s, since=since, until=until)))
+            payload = gather_digest(s, since=since, until=until)
+            digests.add_digest_run(s, channel=channel, period=period, payload=payload)
     except IntegrityError:
         return False
     return True

@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from agents.auto_decide import AutoConfig, StepRecord, progress
 from agents.search import outcome as search_outcome
 from bot.slack.outbound.thread_ops import Card, EventView, Progress, SessionView
 from bot.speedup import speedup_text
-from storage.models import Candidate, Evaluation, KernelSession, SessionEvent, SlackMessage, Step
+from storage import outbox, sessions
+from storage.models import Candidate, Evaluation, KernelSession, SessionEvent, Step
 from tpu_runner.chart import render_profile_chart
 
 
@@ -82,21 +83,14 @@ class SessionData:
 
 
 def load_session(s: Session, session_id: str) -> SessionData:
-    record = s.get(KernelSession, session_id)
-    if record is None:
-        raise LookupError(f"no session {session_id}")
-    steps = list(s.exec(select(Step).where(Step.session_id == session_id).order_by(col(Step.index))).all())
-    posted = set(s.exec(select(SlackMessage.key).where(SlackMessage.scope == session_id)).all())
-    described = s.exec(select(SessionEvent).where(SessionEvent.session_id == session_id,
-                                                  SessionEvent.kind == "task_described")
-                       .order_by(col(SessionEvent.id).desc())).first()
+    record = sessions.get_session(s, session_id=session_id)
+    steps = sessions.get_steps(s, session_id=session_id, status=None)
+    posted = set(outbox.get_posted(s, scope=session_id))
+    described = sessions.get_latest_event(s, session_id=session_id, kind="task_described")
     candidate_ids = [int(st.outputs["candidate_id"]) for st in steps
                      if st.kind == "evaluate" and (st.outputs or {}).get("candidate_id") is not None]
-    evaluations: dict[int, Evaluation] = {}
-    if candidate_ids:
-        for e in s.exec(select(Evaluation).where(col(Evaluation.candidate_id).in_(candidate_ids))
-                        .order_by(col(Evaluation.id))).all():
-            evaluations[int(e.candidate_id or 0)] = e
+    evaluations: dict[int, Evaluation] = {int(e.candidate_id or 0): e
+                                          for e in sessions.get_evaluations(s, candidate_ids=candidate_ids)}
     return SessionData(record, steps, posted, shapes=str((described.payload or {}).get("shapes", "")) if described
                        else "", evaluations=evaluations)
 

@@ -19,14 +19,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, and_, func, or_
-from sqlmodel import Session, col, select
+from sqlalchemy import Engine
+from sqlmodel import Session
 
 from bot.slack.outbound.event_data import event_view, load_session
 from bot.slack.outbound.sender import MAX_BACKOFF_SECONDS, SlackRejected, SlackSender, SlackUnavailable, content_hash
 from bot.slack.outbound.thread_ops import Op, Show, Upload, ops_for
+from storage import outbox, sessions
 from storage.logs import log_context
-from storage.models import DigestRun, EventDelivery, KernelSession, SessionEvent, SlackMessage, now
+from storage.models import DigestRun, SessionEvent, now
 
 log = logging.getLogger("kernelbot.notifier")
 SURFACE = "slack"
@@ -46,11 +47,6 @@ class _Place:
     # The root was posted: its ts starts the thread. Called in the transaction that records the root's post,
     # so a crash never leaves a recorded root without its thread (the events would then go to the channel).
     on_root: Callable[[Session, str], None] | None = None
-
-
-def _posted(s: Session, scope: str) -> dict[str, tuple[str, str | None]]:
-    rows = s.exec(select(SlackMessage).where(SlackMessage.scope == scope)).all()
-    return {r.key: (r.ts, r.content_hash) for r in rows}
 
 
 @dataclass
@@ -136,24 +132,15 @@ class Notifier:
         """channel -> [("event", (event, session_id)) | ("digest", run)], oldest first."""
         work: dict[str, list[tuple[str, Any]]] = {}
         with Session(self.engine) as s:
-            delivery = and_(EventDelivery.event_id == SessionEvent.id, EventDelivery.surface == SURFACE)
-            rows = s.exec(
-                select(SessionEvent, KernelSession.slack_channel)
-                .join(KernelSession, col(KernelSession.id) == SessionEvent.session_id)
-                .outerjoin(EventDelivery, delivery)
-                .where(col(KernelSession.slack_channel).is_not(None), col(SessionEvent.id) > self._floor,
-                       or_(col(EventDelivery.id).is_(None), EventDelivery.status == "pending"))
-                .order_by(col(SessionEvent.id)).limit(self.batch)).all()
+            rows = outbox.get_undelivered_events(s, surface=SURFACE, after_id=self._floor, limit=self.batch)
             for event, channel in rows:
-                work.setdefault(str(channel), []).append(("event", event))
+                work.setdefault(channel, []).append(("event", event))
             if not rows:
                 # Ids are handed out before commit, so only old events are surely settled below the floor.
-                old = s.exec(select(func.max(SessionEvent.id))
-                             .where(SessionEvent.created_at < now() - SETTLED_AFTER_SECONDS)).one()
-                self._floor = max(self._floor, int(old or 0))
+                old = outbox.settled_below(s, created_before=now() - SETTLED_AFTER_SECONDS)
+                self._floor = max(self._floor, old)
             if self.digest_ops is not None:
-                for run in s.exec(select(DigestRun).where(DigestRun.status == "pending")
-                                  .order_by(col(DigestRun.id))).all():
+                for run in outbox.get_pending_digest_runs(s):
                     work.setdefault(run.channel, []).append(("digest", run))
         return work
 
@@ -192,13 +179,10 @@ class Notifier:
         with Session(self.engine) as s:
             data = load_session(s, session_id)
             place = _Place(scope=session_id, channel=channel, thread_ts=data.record.slack_thread_ts,
-                           posted=_posted(s, session_id), since=data.record.created_at)
+                           posted=outbox.get_posted(s, scope=session_id), since=data.record.created_at)
 
         def on_root(s: Session, ts: str) -> None:
-            record = s.get(KernelSession, session_id)
-            if record is not None and record.slack_thread_ts is None:
-                record.slack_thread_ts = ts
-                s.add(record)
+            sessions.set_thread(s, session_id=session_id, thread_ts=ts)
             place.thread_ts = ts
 
         place.on_root = on_root if data.record.slack_thread_ts is None else None
@@ -225,13 +209,10 @@ class Notifier:
         assert self.digest_ops is not None
         scope = f"digest-{run.id}"
         with Session(self.engine) as s, s.begin():
-            fresh = s.get(DigestRun, run.id)
-            if fresh is None or fresh.status != "pending":
+            attempts = outbox.start_digest_attempt(s, run_id=run.id)
+            if attempts is None:
                 return
-            fresh.attempts += 1
-            attempts = fresh.attempts
-            s.add(fresh)
-            place = _Place(scope=scope, channel=run.channel, thread_ts=None, posted=_posted(s, scope),
+            place = _Place(scope=scope, channel=run.channel, thread_ts=None, posted=outbox.get_posted(s, scope=scope),
                            since=run.created_at)
         edits: dict[str, dict[str, Any]] = {}
         try:
@@ -296,11 +277,7 @@ class Notifier:
     # -- recording ------------------------------------------------------------------------------------------------
     def _record(self, place: _Place, key: str, ts: str, digest: str | None, *, starts_thread: bool = False) -> None:
         with Session(self.engine) as s, s.begin():
-            row = s.exec(select(SlackMessage).where(SlackMessage.scope == place.scope, SlackMessage.key == key)).first()
-            if row is None:
-                row = SlackMessage(scope=place.scope, key=key, channel=place.channel, ts=ts)
-            row.ts, row.content_hash, row.updated_at = ts, digest, now()
-            s.add(row)
+            outbox.record_message(s, scope=place.scope, key=key, channel=place.channel, ts=ts, content_hash=digest)
             if starts_thread and place.on_root is not None:
                 place.on_root(s, ts)
         place.posted[key] = (ts, digest)
@@ -308,30 +285,14 @@ class Notifier:
     def _start_attempts(self, event_ids: list[int]) -> dict[int, int]:
         """Count this attempt before any call to Slack: a retried event is one that may have posted already."""
         with Session(self.engine) as s, s.begin():
-            rows = {d.event_id: d for d in s.exec(select(EventDelivery).where(
-                col(EventDelivery.event_id).in_(event_ids), EventDelivery.surface == SURFACE)).all()}
-            for event_id in event_ids:
-                row = rows.get(event_id) or EventDelivery(event_id=event_id, surface=SURFACE)
-                row.attempts += 1
-                s.add(row)
-                rows[event_id] = row
-            s.flush()
-            return {event_id: row.attempts for event_id, row in rows.items()}
+            return outbox.start_attempts(s, event_ids=event_ids, surface=SURFACE)
 
     def _settle(self, event_ids: list[int], *, status: str, error: str | None = None) -> None:
         if not event_ids:
             return
         with Session(self.engine) as s, s.begin():
-            for row in s.exec(select(EventDelivery).where(col(EventDelivery.event_id).in_(event_ids),
-                                                          EventDelivery.surface == SURFACE)).all():
-                row.status, row.last_error = status, error
-                row.delivered_at = now() if status == "delivered" else None
-                s.add(row)
+            outbox.settle_events(s, event_ids=event_ids, surface=SURFACE, status=status, error=error)
 
     def _settle_digest(self, run_id: int, status: str, error: str | None) -> None:
         with Session(self.engine) as s, s.begin():
-            run = s.get(DigestRun, run_id)
-            if run is not None:
-                run.status, run.last_error = status, error
-                run.posted_at = now() if status == "posted" else None
-                s.add(run)
+            outbox.settle_digest_run(s, run_id=run_id, status=status, error=error)
