@@ -1,5 +1,5 @@
 """What surfaces (Slack, the terminal) do to sessions: record a command and enqueue the work it causes, in one
-transaction. Surfaces never call agents directly; runners pick the work up (`agents.jobs`)."""
+transaction. Surfaces never call agents directly; runners pick the work up (`agents.session_jobs`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from agents.search import start_search, stop_search
 from agents.search_decide import SearchConfig
 from storage import queue, sessions
 from storage.models import Decision, KernelSession
-from tpu_runner.jobs import FollowUp
+from tpu_runner.job_kinds import FollowUp
 from tpu_runner.tasks import Task, load_task
 
 ADVANCE_KIND = {"hitl": "hitl_advance", "auto": "auto_session"}

@@ -19,8 +19,7 @@ from sqlmodel import Session
 from agents.auto_decide import StepRecord
 from agents.hitl import waiting_for
 from bot.slack.outbound.thread_ops import Op, Payload, Show, Upload
-from bot.slack.views.kit import thread_link
-from bot.slack.views.session import MAX_BLOCKS, SECTION_LIMIT, split_text
+from bot.slack.views.kit import MAX_BLOCKS, SECTION_LIMIT, split_text, thread_link
 from bot.speedup import no_clear_gain, speedup_text, stored_band
 from storage import digests, queue, runners, sessions
 from storage.models import DigestRun, Evaluation, KernelSession
