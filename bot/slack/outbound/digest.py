@@ -19,7 +19,7 @@ from sqlmodel import Session
 from agents.auto_decide import StepRecord
 from agents.hitl import waiting_for
 from bot.slack.outbound.thread_ops import Op, Payload, Show, Upload
-from bot.slack.views.kit import MAX_BLOCKS, SECTION_LIMIT, split_text, thread_link
+from bot.slack.views.kit import MAX_BLOCKS, context, header, sections, thread_link
 from bot.speedup import no_clear_gain, speedup_text, stored_band
 from storage import digests, queue, runners, sessions
 from storage.models import DigestRun, Evaluation, KernelSession
@@ -271,13 +271,12 @@ def _span(payload: dict[str, Any]) -> str:
 def build_digest(payload: dict[str, Any]) -> Payload:
     """The digest message: a header, the period, one section per non-empty part, the fleet. Within Slack's
     limits whatever the payload holds (each part is capped; counts say what was left out)."""
-    blocks: list[dict[str, Any]] = [{"type": "header", "text": {"type": "plain_text", "text": "Kernel digest"}}]
+    blocks = [header("Kernel digest")]
     span = _span(payload)
     if span:
-        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": span}]})
+        blocks.append(context(span))
     for text in digest_sections(payload):
-        blocks += [{"type": "section", "text": {"type": "mrkdwn", "text": piece}}
-                   for piece in split_text(text, SECTION_LIMIT)]
+        blocks += sections(text)
     return {"text": _summary(payload), "blocks": blocks[:MAX_BLOCKS]}
 
 
