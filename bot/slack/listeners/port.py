@@ -26,6 +26,7 @@ from agents.brains import BrainUnavailable, default_brain
 from agents.commands import start_session
 from agents.porter import SourceError, port_file, porter_brain
 from bot.slack.listener_context import BotContext
+from bot.slack.listeners.forms import accept_and_work, saved_task_files
 from bot.slack.views.port_form import (
     FILE_MAX_BYTES,
     KINDS,
@@ -46,7 +47,6 @@ from bot.slack.views.port_form import (
     static_problems,
     torch_reference_refused,
 )
-from bot.task_suites import suite_tasks
 from tpu_runner.porting import PortError, PortResult, PortUnavailable
 from tpu_runner.reference_check import read_task_files
 from tpu_runner.tasks import TaskError, load_task
@@ -65,16 +65,10 @@ def register(app: App, ctx: BotContext) -> None:
     @app.view(PORT_CALLBACK)
     def handle_port_submission(ack: Ack, body: dict[str, Any], view: dict[str, Any], client: WebClient) -> None:
         submission = parse_submission(view)
-        existing = read_task_files(suite_tasks(ctx.suites).get(submission.name)) if submission.name else None
-        problems = static_problems(submission, existing=existing)
-        if problems:
-            ack(response_action="errors", errors=problems)
-            return
-        ack(response_action="update", view=porting_view(submission))
-        user = str((body.get("user") or {}).get("id", ""))
-        threading.Thread(target=port_and_show, args=(ctx, client, submission),
-                         kwargs={"user": user, "view_id": str(view.get("id", ""))},
-                         name=f"port-{submission.name}", daemon=True).start()
+        accept_and_work(ack, body, view,
+                        problems=static_problems(submission, existing=saved_task_files(ctx, submission.name)),
+                        working_view=lambda: porting_view(submission), work=port_and_show,
+                        args=(ctx, client, submission), thread_name=f"port-{submission.name}")
 
     def handle_start_button(ack: Ack, body: dict[str, Any], action: dict[str, Any], client: WebClient) -> None:
         ack()
@@ -130,7 +124,7 @@ def write_sources(ctx: BotContext, client: WebClient, submission: PortSubmission
     fetched first and checked as a paste was in the form (UploadRefused saying why not)."""
     if submission.files:
         filename, source = download_upload(client, submission.files[0])
-        taken = name_taken(submission.name, read_task_files(suite_tasks(ctx.suites).get(submission.name)), source)
+        taken = name_taken(submission.name, saved_task_files(ctx, submission.name), source)
         if taken:
             raise UploadRefused(taken)
     else:

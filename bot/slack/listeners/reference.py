@@ -18,6 +18,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from agents.brains import default_brain
 from agents.commands import start_session
 from bot.slack.listener_context import BotContext
+from bot.slack.listeners.forms import accept_and_work, saved_task_files
 from bot.slack.views.reference_form import (
     REFERENCE_CALLBACK,
     ReferenceSubmission,
@@ -28,8 +29,7 @@ from bot.slack.views.reference_form import (
     static_problems,
     task_files,
 )
-from bot.task_suites import suite_tasks
-from tpu_runner.reference_check import add_checked_task, read_task_files
+from tpu_runner.reference_check import add_checked_task
 from tpu_runner.tasks import TaskError, load_task
 
 log = logging.getLogger("kernelbot.slack")
@@ -41,16 +41,10 @@ def register(app: App, ctx: BotContext) -> None:
     @app.view(REFERENCE_CALLBACK)
     def handle_reference_submission(ack: Ack, body: dict[str, Any], view: dict[str, Any], client: WebClient) -> None:
         submission = parse_submission(view)
-        existing = read_task_files(suite_tasks(ctx.suites).get(submission.name)) if submission.name else None
-        problems = static_problems(submission, existing=existing)
-        if problems:
-            ack(response_action="errors", errors=problems)
-            return
-        ack(response_action="update", view=checking_view(submission))
-        user = str((body.get("user") or {}).get("id", ""))
-        threading.Thread(target=check_and_start, args=(ctx, client, submission),
-                         kwargs={"user": user, "view_id": str(view.get("id", ""))},
-                         name=f"reference-check-{submission.name}", daemon=True).start()
+        accept_and_work(ack, body, view,
+                        problems=static_problems(submission, existing=saved_task_files(ctx, submission.name)),
+                        working_view=lambda: checking_view(submission), work=check_and_start,
+                        args=(ctx, client, submission), thread_name=f"reference-check-{submission.name}")
 
 
 def check_and_start(ctx: BotContext, client: WebClient, submission: ReferenceSubmission, *, user: str,
