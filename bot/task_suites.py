@@ -6,7 +6,8 @@ from pathlib import Path
 
 from tpu_runner.tasks import discover_tasks
 
-REPO_TASKS = Path(__file__).resolve().parent.parent / "tasks"
+SOURCE_ROOT = Path(__file__).resolve().parent.parent  # pyproject.toml, tasks/, slack/ (an editable install)
+REPO_TASKS = SOURCE_ROOT / "tasks"
 
 
 def suite_tasks(suites: list[Path]) -> dict[str, Path]:

@@ -12,8 +12,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from bot.cli.checks.install import JAX_PIN, REPO, installed_version
+from bot.cli.checks.install import JAX_PIN, installed_version
 from bot.cli.checks.report import Check
+from bot.task_suites import SOURCE_ROOT
 from tpu_runner.hardware import ChipSpec, get_chip
 
 COMPILE_TIMEOUT_S = 180.0
@@ -55,7 +56,7 @@ def compile_environment(base: Mapping[str, str]) -> dict[str, str]:
     env = dict(base)
     env.update(ALLOW_MULTIPLE_LIBTPU_LOAD="1", JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
                JAX_ENABLE_COMPILATION_CACHE="false", PYTHONPATH=os.pathsep.join(
-                   p for p in (str(REPO), base.get("PYTHONPATH", "")) if p))
+                   p for p in (str(SOURCE_ROOT), base.get("PYTHONPATH", "")) if p))
     return env
 
 
@@ -117,7 +118,7 @@ def check_compile(target: str, *, timeout: float = COMPILE_TIMEOUT_S,
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(compile_command(target), capture_output=True, text=True, timeout=timeout,
-                              env=compile_environment(os.environ if env is None else env), cwd=REPO)
+                              env=compile_environment(os.environ if env is None else env), cwd=SOURCE_ROOT)
     except subprocess.TimeoutExpired:
         return compile_verdict(chip, returncode=None, stdout="", stderr="", seconds=time.perf_counter() - t0,
                                timeout=timeout)

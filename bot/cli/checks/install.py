@@ -9,10 +9,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from bot.cli.checks.report import Check
+from bot.task_suites import SOURCE_ROOT
 from storage.settings import VARIABLES, Settings, SettingsError
 
 MIN_PYTHON = (3, 12)
-REPO = Path(__file__).resolve().parents[3]  # the source root: pyproject.toml, tasks/, slack/
 JAX_PIN = "0.12.0.1"  # pyproject.toml's jax[tpu] pin, for fix hints when jax's own version is unknown
 
 
@@ -38,9 +38,10 @@ def check_python(version: tuple[int, ...] | None = None, executable: str = sys.e
 def check_kernelbot() -> Check:
     version = installed_version("kernelbot")
     if version is None:
-        return Check("kernelbot", "warn", f"not installed as a package (running from {REPO})",
-                     f"`pip install -e {REPO}` (or `./kb`, which does it) gives the `kernelbot` command", needed=False)
-    return Check("kernelbot", "ok", f"{version} ({REPO})", needed=False)
+        return Check("kernelbot", "warn", f"not installed as a package (running from {SOURCE_ROOT})",
+                     f"`pip install -e {SOURCE_ROOT}` (or `./kb`, which does it) gives the `kernelbot` command",
+                     needed=False)
+    return Check("kernelbot", "ok", f"{version} ({SOURCE_ROOT})", needed=False)
 
 
 def check_jax() -> Check:

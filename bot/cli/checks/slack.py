@@ -6,11 +6,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bot.cli.checks.install import REPO
 from bot.cli.checks.report import Check
+from bot.task_suites import SOURCE_ROOT
 from storage.settings import Settings
 
-MANIFEST = REPO / "slack" / "manifest.yaml"
+MANIFEST = SOURCE_ROOT / "slack" / "manifest.yaml"
 # What the bot calls Slack for; slack/manifest.yaml declares the same list (check_slack_scopes compares).
 SLACK_SCOPES = ("commands", "chat:write", "files:write", "files:read", "channels:history", "groups:history",
                 "users:read", "usergroups:read")
