@@ -310,6 +310,13 @@ def test_digest_preview_and_now_through_the_slack_app_and_the_notifier(tmp_path:
                 assert "x1.80 measured" in json.dumps(posted[0].blocks)
                 assert _wait(lambda: any(f.get("name", "").startswith("digest_") and f["content"]
                                          for f in fake.files.values()))
+
+                def settled() -> DigestRun | None:  # the notifier records the run after its last upload returns
+                    with Session(engine) as s:
+                        run = s.exec(select(DigestRun)).one()
+                        return run if run.status != "pending" else None
+
+                assert _wait(lambda: settled() is not None)
                 with Session(engine) as s:
                     run = s.exec(select(DigestRun)).one()
                     assert run.channel == "C5" and run.period.startswith("manual-") and run.status == "posted"
