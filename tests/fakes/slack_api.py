@@ -5,6 +5,13 @@ files (the bot's uploads, and people's: `add_upload`, then `files.info` and a pr
 the bot token), and enforces what a bot must respect: the bot token, a per-channel posting rate (a burst, then
 HTTP 429 with Retry-After), block limits (`invalid_blocks`, `msg_blocks_too_long`), edits of the bot's own
 messages only, and an outage switch (HTTP 503). Tests read the state directly.
+
+Channels a test declares (`add_channel`) have members and may be private, as in Slack: the bot cannot post where
+it is not a member (`not_in_channel`; a private channel it is not in does not exist for it, `channel_not_found`),
+may join public channels (`conversations.join`, with `channels:join`), and sees who is in a channel
+(`conversations.members`) and which channels a person is in (`users.conversations`: public ones, and private
+ones the bot shares). A channel no test declared is public and has the bot in it, so tests that do not care
+about membership need not declare anything. Replies to a slash command's `response_url` are kept in `responses`.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ MAX_BLOCKS = 50
 SECTION_LIMIT = 3000
 BLOCKS_TEXT_LIMIT = 12000
 TEXT_LIMIT = 40000
+RESPONSES_PER_URL = 5
 
 
 @dataclass
@@ -42,6 +50,14 @@ class Message:
     metadata: dict[str, Any] | None = None
     files: list[str] = field(default_factory=list)
     edits: int = 0
+
+
+@dataclass
+class Channel:
+    id: str
+    name: str
+    private: bool = False
+    members: set[str] = field(default_factory=set)  # user ids; the bot is BOT_USER
 
 
 @dataclass
@@ -60,9 +76,12 @@ class FakeSlack:
     rate_limited: int = 0  # 429s answered
     usergroups: dict[str, list[str]] = field(default_factory=dict)  # group id -> member user ids
     archived: set[str] = field(default_factory=set)  # channels that refuse posts (is_archived)
+    channels: dict[str, Channel] = field(default_factory=dict)  # declared channels (`add_channel`)
+    responses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # response_url id -> bodies posted
     # What auth.test reports in x-oauth-scopes, as Slack does (None: no such header).
     scopes: tuple[str, ...] | None = ("commands", "chat:write", "files:write", "files:read", "channels:history",
-                                      "groups:history", "users:read", "usergroups:read")
+                                      "groups:history", "users:read", "usergroups:read", "channels:read",
+                                      "groups:read", "channels:join")
     socket_url: str = ""  # what apps.connections.open hands out (the Socket Mode fake's address)
     after_post: Callable[[Message], None] | None = None  # runs once a message is stored, before the answer
     _stamps: dict[str, list[float]] = field(default_factory=dict)
@@ -76,6 +95,89 @@ class FakeSlack:
 
     def find(self, channel: str, ts: str) -> Message | None:
         return next((m for m in self.messages.get(channel, []) if m.ts == ts), None)
+
+    def add_channel(self, channel_id: str, *, name: str = "", private: bool = False, members: tuple[str, ...] = (),
+                    bot: bool = True) -> Channel:
+        """Declare a channel with these members (and the bot, unless `bot=False`)."""
+        with self.lock:
+            people = set(members) | ({BOT_USER} if bot else set())
+            self.channels[channel_id] = Channel(channel_id, name or channel_id.lower(), private, people)
+            return self.channels[channel_id]
+
+    def response_url(self, key: str) -> str:
+        """A slash command's response_url served here; what is posted to it lands in `responses[key]`."""
+        return f"{self.base_url}respond/{key}"
+
+    # -- membership -------------------------------------------------------------------------------------------
+    def _bot_sees(self, channel: str) -> bool:
+        known = self.channels.get(channel)
+        return known is None or not known.private or BOT_USER in known.members
+
+    def _post_refused(self, channel: str) -> str | None:
+        """Why the bot may not post here, if it may not (as chat.postMessage and file sharing answer)."""
+        if not self._bot_sees(channel):
+            return "channel_not_found"
+        known = self.channels.get(channel)
+        if known is not None and BOT_USER not in known.members:
+            return "not_in_channel"
+        return None
+
+    def _channel_object(self, c: Channel) -> dict[str, Any]:
+        return {"id": c.id, "name": c.name, "is_channel": not c.private, "is_group": c.private,
+                "is_private": c.private, "is_member": BOT_USER in c.members, "is_archived": c.id in self.archived,
+                "num_members": len(c.members)}
+
+    def m_conversations_info(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        channel = str(args.get("channel") or "")
+        if not channel or not self._bot_sees(channel):
+            return 200, {"ok": False, "error": "channel_not_found"}, {}
+        known = self.channels.get(channel) or Channel(channel, channel.lower(), members={BOT_USER})
+        return 200, {"ok": True, "channel": self._channel_object(known)}, {}
+
+    def m_conversations_join(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        channel = str(args.get("channel") or "")
+        if self.scopes is not None and "channels:join" not in self.scopes:
+            return 200, {"ok": False, "error": "missing_scope", "needed": "channels:join"}, {}
+        if not channel or not self._bot_sees(channel):
+            return 200, {"ok": False, "error": "channel_not_found"}, {}
+        known = self.channels.get(channel)
+        if known is None:
+            return 200, {"ok": True, "channel": self._channel_object(Channel(channel, channel.lower(),
+                                                                             members={BOT_USER}))}, {}
+        if known.private:
+            return 200, {"ok": False, "error": "method_not_supported_for_channel_type"}, {}
+        if channel in self.archived:
+            return 200, {"ok": False, "error": "is_archived"}, {}
+        already = BOT_USER in known.members
+        known.members.add(BOT_USER)
+        body: dict[str, Any] = {"ok": True, "channel": self._channel_object(known)}
+        if already:
+            body["warning"] = "already_in_channel"
+        return 200, body, {}
+
+    def m_conversations_members(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        channel = str(args.get("channel") or "")
+        if not channel or not self._bot_sees(channel):
+            return 200, {"ok": False, "error": "channel_not_found"}, {}
+        known = self.channels.get(channel)
+        members = sorted(known.members) if known else [BOT_USER]
+        return 200, {"ok": True, "members": members, "response_metadata": {"next_cursor": ""}}, {}
+
+    def m_users_conversations(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """The channels a person is in, of those the bot may know of (declared channels only)."""
+        user = str(args.get("user") or BOT_USER)
+        types = str(args.get("types") or "public_channel").split(",")
+        out = [self._channel_object(c) for c in self.channels.values() if user in c.members
+               and ("private_channel" if c.private else "public_channel") in types and self._bot_sees(c.id)]
+        return 200, {"ok": True, "channels": out, "response_metadata": {"next_cursor": ""}}, {}
+
+    def respond(self, key: str, body: dict[str, Any]) -> int:
+        """A post to a response_url: Slack takes five per command (then 404, `used_url`)."""
+        with self.lock:
+            if len(self.responses.get(key, [])) >= RESPONSES_PER_URL:
+                return 404
+            self.responses.setdefault(key, []).append(body)
+            return 200
 
     # -- the API --------------------------------------------------------------------------------------------------
     def _ts(self) -> str:
@@ -124,6 +226,9 @@ class FakeSlack:
             return 200, {"ok": False, "error": "channel_not_found"}, {}
         if channel in self.archived:
             return 200, {"ok": False, "error": "is_archived"}, {}
+        refused = self._post_refused(channel)
+        if refused:
+            return 200, {"ok": False, "error": refused}, {}
         wait = self._rate_ok(channel)
         if wait:
             self.rate_limited += 1
@@ -166,6 +271,13 @@ class FakeSlack:
         return 200, {"ok": True, "channel": message.channel, "ts": message.ts}, {}
 
     def m_chat_postEphemeral(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:  # noqa: N802
+        channel = str(args.get("channel") or "")
+        refused = self._post_refused(channel)
+        if refused:
+            return 200, {"ok": False, "error": refused}, {}
+        known = self.channels.get(channel)
+        if known is not None and str(args.get("user")) not in known.members:
+            return 200, {"ok": False, "error": "user_not_in_channel"}, {}
         self.ephemeral.append(dict(args))
         return 200, {"ok": True, "message_ts": self._ts()}, {}
 
@@ -243,6 +355,9 @@ class FakeSlack:
                 return 200, {"ok": False, "error": "file_not_found"}, {}
             stored["title"] = f.get("title")
         if channel:
+            refused = self._post_refused(str(channel))
+            if refused:
+                return 200, {"ok": False, "error": refused}, {}
             thread_ts = args.get("thread_ts")
             if thread_ts and not self.find(str(channel), str(thread_ts)):
                 return 200, {"ok": False, "error": "thread_not_found"}, {}
@@ -343,6 +458,10 @@ def _handler(fake: FakeSlack) -> type[BaseHTTPRequestHandler]:
             path = self.path.split("?")[0].strip("/").removeprefix("api/")
             if path.startswith("upload/"):
                 self._reply(fake.upload(path.split("/", 1)[1], _file_bytes(self.headers, raw)), {"ok": True}, {})
+                return
+            if path.startswith("respond/"):  # a slash command's response_url: no token, as in Slack
+                status = fake.respond(path.split("/", 1)[1], json.loads(raw or b"{}"))
+                self._bytes(status, b"ok" if status == 200 else b"used_url")
                 return
             if fake.down:
                 self._reply(503, {"ok": False, "error": "service_unavailable"}, {})
