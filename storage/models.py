@@ -1,6 +1,6 @@
 """Everything kernelbot keeps: sessions and their steps, candidates, evaluations, human decisions, session events
-with their delivery per surface, the job queue, runners, schedules, digest runs, and the Slack messages posted
-and deliveries received.
+with their delivery per surface, the job queue, runners, schedules, digest runs and the channels' digest
+subscriptions, and the Slack messages posted and deliveries received.
 
 Times are UNIX seconds (float, UTC): the queue does arithmetic on them and every database compares them alike.
 """
@@ -192,7 +192,7 @@ class Schedule(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(unique=True)
-    kind: str  # search: a recurring search (digests are set by settings and recorded as DigestRun rows)
+    kind: str  # search: a recurring search (digests: settings and DigestSubscription; recorded as DigestRun)
     cron: str
     timezone: str = "UTC"
     payload: dict[str, Any] | None = _json()
@@ -215,6 +215,18 @@ class DigestRun(SQLModel, table=True):
     last_error: str | None = Field(default=None, sa_column=Column(Text))
     created_at: float = Field(default_factory=now)
     posted_at: float | None = None
+
+
+class DigestSubscription(SQLModel, table=True):
+    """A channel's choice about the daily digest, over KERNELBOT_DIGEST_CHANNELS (the default): subscribed, or
+    unsubscribed (kept, so an unsubscribe of a listed channel holds); who chose and when."""
+
+    __tablename__ = "digest_subscriptions"
+
+    channel: str = Field(primary_key=True)
+    subscribed: bool = True
+    changed_by: str | None = None  # the Slack user id of who subscribed or unsubscribed
+    changed_at: float = Field(default_factory=now)
 
 
 class SlackMessage(SQLModel, table=True):

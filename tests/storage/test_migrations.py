@@ -22,7 +22,8 @@ from storage.settings import load_settings
 TABLES_0001 = {"jobs", "runners", "candidates", "evaluations"}
 TABLES_0002 = {"sessions", "steps", "decisions", "session_events", "event_deliveries", "schedules", "digest_runs"}
 TABLES_0005 = {"slack_messages", "slack_inbox"}
-ALL_TABLES = TABLES_0001 | TABLES_0002 | TABLES_0005
+TABLES_0006 = {"digest_subscriptions"}
+ALL_TABLES = TABLES_0001 | TABLES_0002 | TABLES_0005 | TABLES_0006
 
 
 @pytest.fixture
@@ -38,7 +39,7 @@ def _tables(engine: Engine) -> set[str]:
 
 
 def test_the_revisions_form_one_line_ending_at_the_head() -> None:
-    assert head_revision() == "0005"
+    assert head_revision() == "0006"
 
 
 def test_the_migrated_schema_has_every_column_and_index_the_models_declare(bare_engine: Engine) -> None:
@@ -93,6 +94,22 @@ def test_upgrading_from_0004_keeps_digest_runs_and_gives_them_no_attempts(bare_e
     with bare_engine.connect() as conn:
         rows = conn.execute(text("SELECT channel, period, attempts, payload FROM digest_runs")).all()
     assert [tuple(r) for r in rows] == [("C1", "2026-11-30", 0, None)]
+
+
+def test_upgrading_from_0005_adds_digest_subscriptions_and_keeps_the_digest_runs(bare_engine: Engine) -> None:
+    upgrade(bare_engine, "0005")
+    assert "digest_subscriptions" not in _tables(bare_engine)
+    with bare_engine.begin() as conn:
+        conn.execute(text("INSERT INTO digest_runs (channel, period, status, attempts, created_at) "
+                          "VALUES ('C1', '2026-11-30', 'posted', 1, 1700000000.0)"))
+    upgrade(bare_engine)
+    with bare_engine.begin() as conn:
+        conn.execute(text("INSERT INTO digest_subscriptions (channel, subscribed, changed_by, changed_at) "
+                          "VALUES ('C2', false, 'U1', 1700000001.0)"))
+        rows = conn.execute(text("SELECT channel, subscribed, changed_by FROM digest_subscriptions")).all()
+        runs = conn.execute(text("SELECT channel, period, attempts FROM digest_runs")).all()
+    assert [tuple(r) for r in rows] == [("C2", False, "U1")]
+    assert [tuple(r) for r in runs] == [("C1", "2026-11-30", 1)]
 
 
 def test_the_models_match_the_migrations(bare_engine: Engine) -> None:
