@@ -37,7 +37,7 @@ from bot.slack.outbound.sender import ChannelPacer, SlackSender  # noqa: E402
 from storage import sessions  # noqa: E402
 from storage.connect import open_database  # noqa: E402
 from storage.settings import load_settings  # noqa: E402
-from tests.fakes.slack_api import BOT_TOKEN, Message, fake_slack  # noqa: E402
+from tests.fakes.slack_api import BOT_TOKEN, FakeSlack, Message, fake_slack  # noqa: E402
 from tests.support.slack_http import SECRET, command, free_port, served, wait_for_port  # noqa: E402
 
 MIX = ("help", "list", "status", "tasks", "new softmax --brain offline")
@@ -48,7 +48,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def steady_load(url: str, *, rate: float, seconds: float) -> tuple[list[float], int]:
+def steady_load(url: str, fake: FakeSlack, *, rate: float, seconds: float) -> tuple[list[float], int]:
     """Send at fixed times; returns each request's latency (s) and how many failed."""
     latencies: list[float] = []
     failures = [0]
@@ -59,7 +59,8 @@ def steady_load(url: str, *, rate: float, seconds: float) -> tuple[list[float], 
 
     def one(i: int) -> None:
         sent = time.perf_counter()
-        status, body = command(url, MIX[i % len(MIX)], user=f"U{i % 7}", channel=f"C{i % 3}", timeout=30)
+        status, body = command(url, MIX[i % len(MIX)], fake=fake, user=f"U{i % 7}", channel=f"C{i % 3}", timeout=30,
+                               answer_timeout=30)
         took = time.perf_counter() - sent
         with lock:
             if status == 200 and body.get("text"):
@@ -94,16 +95,16 @@ def ack_latency(rate: float, seconds: float) -> None:
         app = build_app(settings, engine)
         command_url = None
         with served(app) as url:
-            command(url, "help")  # warm-up: the first request imports what the listeners need
+            command(url, "help", fake=fake)  # warm-up: the first request imports what the listeners need
             command_url = url
-            report_acks("kernelbot's threaded server", *steady_load(command_url, rate=rate, seconds=seconds))
+            report_acks("kernelbot's threaded server", *steady_load(command_url, fake, rate=rate, seconds=seconds))
         port = free_port()
         baseline = SlackAppDevelopmentServer(port=port, path="/slack/events", app=app,
                                              http_server_logger_enabled=False)
         threading.Thread(target=baseline._server.serve_forever, daemon=True).start()
         wait_for_port(port)
         report_acks("baseline: Bolt's development server",
-                    *steady_load(f"http://127.0.0.1:{port}/slack/events", rate=rate, seconds=seconds))
+                    *steady_load(f"http://127.0.0.1:{port}/slack/events", fake, rate=rate, seconds=seconds))
         baseline._server.shutdown()
         engine.dispose()
 

@@ -10,6 +10,7 @@ from slack_sdk import WebClient
 from sqlalchemy import Engine
 
 from bot.slack import listeners
+from bot.slack.channel_access import ChannelAccess
 from bot.slack.listener_context import BotContext, GroupDirectory
 from bot.slack.steering import SteeringPolicy
 from storage.settings import Settings
@@ -49,7 +50,7 @@ def build_context(settings: Settings, engine: Engine, client: WebClient, *, suit
     # Tasks pasted into the `/kernel new` form live in the data directory and are tasks like any other.
     return BotContext(settings=settings, engine=engine, suites=[*configured, settings.home / "tasks"],
                       policy=policy,
-                      groups=GroupDirectory(client), notify=notify or (lambda: None))
+                      groups=GroupDirectory(client), channels=ChannelAccess(client), notify=notify or (lambda: None))
 
 
 def build_app(settings: Settings, engine: Engine, *, suites: list[Path] | None = None, socket_mode: bool = False,

@@ -1,4 +1,5 @@
-"""Each `/kernel` command as a function from its parsed form to the ephemeral reply (or a modal to open).
+"""Each `/kernel` command as a function from its parsed form to the ephemeral reply; `modal` names the commands
+that open a form instead (no database, no Slack: the listener opens it within the trigger's 3 s).
 
 Surfaces never call agents: starting a session records it and enqueues its first job in one transaction
 (`agents.commands`, `agents.search`); runners do the work; what people should see comes back as session events,
@@ -51,8 +52,19 @@ class KernelCommands:
         self.ctx = ctx
 
     def run(self, command: Command, *, user: str, channel: str) -> Reply:
+        view = self.modal(command, channel=channel)
+        if view is not None:
+            return view
         handler = getattr(self, f"do_{command.name}")
         return handler(command, user=user, channel=channel)
+
+    def modal(self, command: Command, *, channel: str) -> OpenView | None:
+        """The form this command opens (`/kernel port`, `/kernel new` without a task), None for the others."""
+        if command.name == "port":
+            return OpenView(port_form(channel=channel))
+        if command.name == "new" and "task" not in command.args:
+            return OpenView(reference_form(channel=channel, target=self.ctx.settings.default_target))
+        return None
 
     # -- helpers --------------------------------------------------------------------------------------------------
     def _task(self, name: str) -> Any:
@@ -73,22 +85,16 @@ class KernelCommands:
         return help_text()
 
     def do_new(self, command: Command, *, user: str, channel: str) -> Reply:
-        if "task" not in command.args:
-            return self._reference_form(channel)
         task = self._task(command.args["task"])
+        self.ctx.channels.require(channel)
         budget = {"brain": self._brain(command), "iterations": int(command.options.get("budget", 5))}
         session_id = start_session(self.ctx.engine, mode="hitl", task=task, target=self._target(command), owner=user,
                                    budget=budget, slack_channel=channel)
         return f"Started HITL session `{session_id}` on *{task.task_id}*; its plan comes to a thread here."
 
-    def _reference_form(self, channel: str) -> Reply:
-        return OpenView(reference_form(channel=channel, target=self.ctx.settings.default_target))
-
-    def do_port(self, command: Command, *, user: str, channel: str) -> Reply:
-        return OpenView(port_form(channel=channel))
-
     def do_auto(self, command: Command, *, user: str, channel: str) -> Reply:
         task = self._task(command.args["task"])
+        self.ctx.channels.require(channel)
         budget = {"brain": self._brain(command), "iterations": int(command.options.get("budget", 5))}
         session_id = start_session(self.ctx.engine, mode="auto", task=task, target=self._target(command), owner=user,
                                    budget=budget, slack_channel=channel)
@@ -98,6 +104,7 @@ class KernelCommands:
         task = self._task(command.args["task"])
         config = SearchConfig(strategy=str(command.options.get("strategy", "beam")),
                               budget=int(command.options.get("budget", 12)))
+        self.ctx.channels.require(channel)
         with Session(self.ctx.engine) as s, s.begin():
             session_id = start_search(s, task=task, target=self._target(command), config=config, seed_code=None,
                                       brain=self._brain(command), owner=user, slack_channel=channel)

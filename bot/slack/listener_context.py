@@ -1,5 +1,6 @@
-"""What every Slack listener is handed: the settings, the database, the task suites, who may steer, and a way
-to wake the notifier after recording something. Built once by the entry point (`bot.slack.app.build_app`)."""
+"""What every Slack listener is handed: the settings, the database, the task suites, who may steer, where the
+bot may post, and a way to wake the notifier after recording something. Built once by the entry point
+(`bot.slack.app.build_app`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
+from bot.slack.channel_access import ChannelAccess
 from bot.slack.steering import SteeringPolicy, may_steer
 from storage import sessions
 from storage.models import SlackInbox
@@ -58,6 +60,7 @@ class BotContext:
     suites: list[Path]
     policy: SteeringPolicy
     groups: GroupDirectory
+    channels: ChannelAccess
     notify: Callable[[], None] = lambda: None
 
     def first_delivery(self, key: str) -> bool:

@@ -78,6 +78,9 @@ def _add(ctx: BotContext, command: Command, *, user: str, channel: str) -> str:
     task = load_task(tasks[name])  # a task that does not load is refused now, not at 2 a.m.
     target = get_chip(str(command.options.get("target") or ctx.settings.default_target)).name
     brain = str(command.options.get("brain") or default_brain(ctx.settings))
+    unreachable = ctx.channels.problem(channel)  # each result is posted here: refused now, not at 2 a.m. either
+    if unreachable:
+        return f"{unreachable} Nothing was scheduled."
     name = f"{SEARCH_KIND}:{channel}:{task.task_id}:{cron}"
     payload = {"task": task.task_id, "task_dir": str(task.path), "strategy": config.strategy,
                "budget": config.budget, "brain": brain, "target": target, "owner": user}

@@ -11,7 +11,9 @@ it is not a member (`not_in_channel`; a private channel it is not in does not ex
 may join public channels (`conversations.join`, with `channels:join`), and sees who is in a channel
 (`conversations.members`) and which channels a person is in (`users.conversations`: public ones, and private
 ones the bot shares). A channel no test declared is public and has the bot in it, so tests that do not care
-about membership need not declare anything. Replies to a slash command's `response_url` are kept in `responses`.
+about membership need not declare anything. Replies to a slash command's `response_url` are kept in `responses`
+(`wait_response` waits for one). `throttle[method] = n` answers the next n calls of a method with HTTP 429 and
+`Retry-After: throttle_retry_after`, whatever the method, as Slack's per-method tiers do.
 """
 
 from __future__ import annotations
@@ -78,6 +80,8 @@ class FakeSlack:
     archived: set[str] = field(default_factory=set)  # channels that refuse posts (is_archived)
     channels: dict[str, Channel] = field(default_factory=dict)  # declared channels (`add_channel`)
     responses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # response_url id -> bodies posted
+    throttle: dict[str, int] = field(default_factory=dict)  # method -> how many of its next calls get a 429
+    throttle_retry_after: int = 1  # the Retry-After of those 429s, in seconds
     # What auth.test reports in x-oauth-scopes, as Slack does (None: no such header).
     scopes: tuple[str, ...] | None = ("commands", "chat:write", "files:write", "files:read", "channels:history",
                                       "groups:history", "users:read", "usergroups:read", "channels:read",
@@ -132,6 +136,9 @@ class FakeSlack:
         if not channel or not self._bot_sees(channel):
             return 200, {"ok": False, "error": "channel_not_found"}, {}
         known = self.channels.get(channel) or Channel(channel, channel.lower(), members={BOT_USER})
+        needed = "groups:read" if known.private else "channels:read"
+        if self.scopes is not None and needed not in self.scopes:
+            return 200, {"ok": False, "error": "missing_scope", "needed": needed}, {}
         return 200, {"ok": True, "channel": self._channel_object(known)}, {}
 
     def m_conversations_join(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
@@ -170,6 +177,18 @@ class FakeSlack:
         out = [self._channel_object(c) for c in self.channels.values() if user in c.members
                and ("private_channel" if c.private else "public_channel") in types and self._bot_sees(c.id)]
         return 200, {"ok": True, "channels": out, "response_metadata": {"next_cursor": ""}}, {}
+
+    def wait_response(self, key: str, timeout: float = 10.0) -> dict[str, Any]:
+        """The first body posted to `response_url(key)`, once it arrives (AssertionError after `timeout`)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.lock:
+                posted = self.responses.get(key)
+                if posted:
+                    return posted[0]
+            if time.monotonic() > deadline:
+                raise AssertionError(f"nothing was posted to the response_url {key} within {timeout} s")
+            time.sleep(0.01)
 
     def respond(self, key: str, body: dict[str, Any]) -> int:
         """A post to a response_url: Slack takes five per command (then 404, `used_url`)."""
@@ -210,6 +229,10 @@ class FakeSlack:
     def call(self, method: str, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
         with self.lock:
             self.calls.append((method, args))
+            if self.throttle.get(method, 0) > 0:
+                self.throttle[method] -= 1
+                self.rate_limited += 1
+                return 429, {"ok": False, "error": "ratelimited"}, {"Retry-After": str(self.throttle_retry_after)}
             handler = getattr(self, "m_" + method.replace(".", "_"), None)
             if handler is None:
                 return 200, {"ok": False, "error": "unknown_method"}, {}

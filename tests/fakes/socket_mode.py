@@ -37,11 +37,12 @@ ENVELOPE_TYPES = ("slash_commands", "interactive", "events_api")
 
 
 # -- payloads, as Slack puts them in envelopes (the shapes of tests/support/slack_http.py, as JSON) ----------------
-def slash_command(text: str, *, user: str = "U1", channel: str = "C1", trigger_id: str = "1.2.3") -> dict[str, Any]:
+def slash_command(text: str, *, user: str = "U1", channel: str = "C1", trigger_id: str = "1.2.3",
+                  response_url: str = "http://127.0.0.1:9/unused") -> dict[str, Any]:
     """`/kernel TEXT`: in Socket Mode the command's form fields arrive as a JSON object."""
     return {"token": "unused", "team_id": TEAM, "team_domain": "kernelbot-test", "channel_id": channel,
             "channel_name": "kernels", "user_id": user, "user_name": user, "command": "/kernel", "text": text,
-            "api_app_id": APP_ID, "is_enterprise_install": "false", "response_url": "http://127.0.0.1:9/unused",
+            "api_app_id": APP_ID, "is_enterprise_install": "false", "response_url": response_url,
             "trigger_id": trigger_id}
 
 
@@ -249,8 +250,11 @@ class FakeSocketMode:
         """Send an envelope and wait for its ack, as Slack does; returns the ack's payload."""
         return self.wait_ack(self.send(kind, payload))
 
-    def command(self, text: str, **kwargs: Any) -> dict[str, Any] | None:
-        return self.request("slash_commands", slash_command(text, **kwargs))
+    def command(self, text: str, **kwargs: Any) -> dict[str, Any]:
+        """`/kernel TEXT` acked within 3 s, then its answer as posted to its response_url at the Web API fake."""
+        key = f"socket-{uuid.uuid4().hex[:12]}"
+        self.request("slash_commands", slash_command(text, response_url=self.slack.response_url(key), **kwargs))
+        return self.slack.wait_response(key)
 
     def disconnect(self, reason: str = "refresh_requested") -> None:
         """Ask every live connection to go away, as Slack does before recycling one; nothing new is sent there."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import itertools
 import json
 import socket
 import time
@@ -18,8 +19,10 @@ from typing import Any
 from slack_bolt import App
 
 from bot.slack.http_mode import make_server, serve_in_thread
+from tests.fakes.slack_api import FakeSlack
 
 SECRET = "test-signing-secret"
+_COMMANDS = itertools.count(1)
 
 
 def free_port() -> int:
@@ -66,12 +69,25 @@ def signed_post(url: str, body: str, content_type: str, *, secret: str = SECRET,
         return exc.code, {}
 
 
-def command(url: str, text: str, *, user: str = "U1", channel: str = "C1", trigger_id: str = "1.2.3",
+def command(url: str, text: str, *, fake: FakeSlack, user: str = "U1", channel: str = "C1",
+            trigger_id: str = "1.2.3", answered: bool = True, answer_timeout: float = 10.0,
             **kwargs: Any) -> tuple[int, dict[str, Any]]:
-    """`/kernel TEXT` as Slack posts it."""
+    """`/kernel TEXT` as Slack posts it, with its response_url at `fake`: (the ack's HTTP status, the answer
+    posted to the response_url). The ack itself carries nothing; with `answered=False` (a command that opens a
+    modal) the ack's body is returned instead of waiting for an answer."""
+    key = f"cmd-{next(_COMMANDS)}"
+    status, ack = send_command(url, text, response_url=fake.response_url(key), user=user, channel=channel,
+                               trigger_id=trigger_id, **kwargs)
+    if status != 200 or not answered:
+        return status, ack
+    return status, fake.wait_response(key, answer_timeout)
+
+
+def send_command(url: str, text: str, *, response_url: str, user: str = "U1", channel: str = "C1",
+                 trigger_id: str = "1.2.3", **kwargs: Any) -> tuple[int, dict[str, Any]]:
+    """Post `/kernel TEXT` and return the ack (status, body) without waiting for the answer."""
     body = urllib.parse.urlencode({"command": "/kernel", "text": text, "user_id": user, "channel_id": channel,
-                                   "team_id": "T0001", "response_url": "http://127.0.0.1:9/unused",
-                                   "trigger_id": trigger_id})
+                                   "team_id": "T0001", "response_url": response_url, "trigger_id": trigger_id})
     return signed_post(url, body, "application/x-www-form-urlencoded", **kwargs)
 
 

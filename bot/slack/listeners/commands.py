@@ -1,40 +1,93 @@
-"""`/kernel`: acked at once with an ephemeral answer; a modal the command asks for is opened right after."""
+"""`/kernel`: acked at once with nothing, so Slack's 3 s deadline never waits on the database (SQLite queues
+writers behind one lock). A command that opens a modal opens it right after the ack (its trigger lives 3 s);
+every other command runs on the command workers and answers at the command's response_url, ephemerally, or in
+an ephemeral message when the response_url does not take it."""
 
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from slack_bolt import Ack, App
+from slack_bolt import Ack, App, Respond
 from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError, SlackClientError
 
 from agents.hitl import DecisionRejected
 from agents.search import SearchError
+from bot.slack.channel_access import ChannelUnavailable
 from bot.slack.kernel_commands import KernelCommands, OpenView
 from bot.slack.listener_context import BotContext
-from bot.slack.slash import UsageError, parse
+from bot.slack.slash import Command, UsageError, parse
 from tpu_runner.hardware import UnknownTarget
 from tpu_runner.tasks import TaskError
 
 log = logging.getLogger("kernelbot.slack")
-PEOPLES_ERRORS = (UsageError, TaskError, UnknownTarget, SearchError, DecisionRejected, LookupError, ValueError)
+PEOPLES_ERRORS = (UsageError, TaskError, UnknownTarget, SearchError, DecisionRejected, ChannelUnavailable,
+                  LookupError, ValueError)
+COMMAND_WORKERS = 4  # commands answered at once; more wait their turn (the ack does not)
 
 
 def register(app: App, ctx: BotContext) -> None:
     commands = KernelCommands(ctx)
+    workers = ThreadPoolExecutor(max_workers=COMMAND_WORKERS, thread_name_prefix="kernel-command")
 
     @app.command("/kernel")
-    def handle_kernel_command(ack: Ack, command: dict[str, Any], client: WebClient) -> None:
-        user, channel = command.get("user_id", ""), command.get("channel_id", "")
+    def handle_kernel_command(ack: Ack, command: dict[str, Any], client: WebClient, respond: Respond) -> None:
+        ack()
+        user, channel, text = command.get("user_id", ""), command.get("channel_id", ""), command.get("text", "")
         try:
-            reply = commands.run(parse(command.get("text", "")), user=user, channel=channel)
-        except PEOPLES_ERRORS as exc:
-            reply = str(exc)
-        except Exception as exc:  # noqa: BLE001 - a person gets a sentence, the log gets the traceback
-            log.exception("/kernel %r failed", command.get("text"))
-            reply = f"Something went wrong on our side ({type(exc).__name__}); it is in kernelbot's log."
-        if isinstance(reply, OpenView):
-            ack()
-            client.views_open(trigger_id=command.get("trigger_id", ""), view=reply.view)
+            parsed: Command | str = parse(text)
+        except UsageError as exc:
+            parsed = str(exc)
+        view = commands.modal(parsed, channel=channel) if isinstance(parsed, Command) else None
+        if view is not None:
+            open_view(client, view, trigger_id=command.get("trigger_id", ""), respond=respond)
             return
-        ack(response_type="ephemeral", text=reply)
+        workers.submit(answer, commands, parsed, user=user, channel=channel, text=text, client=client,
+                       respond=respond)
+
+
+def answer(commands: KernelCommands, parsed: Command | str, *, user: str, channel: str, text: str,
+           client: WebClient, respond: Respond) -> None:
+    """Run the command (a usage error is its own answer) and tell the person what came of it."""
+    try:
+        reply = parsed if isinstance(parsed, str) else commands.run(parsed, user=user, channel=channel)
+    except PEOPLES_ERRORS as exc:
+        reply = str(exc)
+    except Exception as exc:  # noqa: BLE001 - a person gets a sentence, the log gets the traceback
+        log.exception("/kernel %r failed", text)
+        reply = f"Something went wrong on our side ({type(exc).__name__}); it is in kernelbot's log."
+    if isinstance(reply, OpenView):  # only `modal` opens views; a command that returns one here is a bug
+        log.error("/kernel %r asked for a modal after its trigger was spent", text)
+        reply = "Something went wrong on our side (a form opened too late); it is in kernelbot's log."
+    tell(client, respond, user=user, channel=channel, text=reply)
+
+
+def open_view(client: WebClient, view: OpenView, *, trigger_id: str, respond: Respond) -> None:
+    try:
+        client.views_open(trigger_id=trigger_id, view=view.view)
+    except (SlackApiError, SlackClientError, OSError) as exc:
+        log.exception("/kernel could not open its form")
+        why = exc.response.get("error") if isinstance(exc, SlackApiError) else type(exc).__name__
+        try:
+            respond(text=f"Slack would not open the form ({why}); run the command again.",
+                    response_type="ephemeral")
+        except (SlackClientError, OSError):
+            log.exception("/kernel could not say that its form did not open")
+
+
+def tell(client: WebClient, respond: Respond, *, user: str, channel: str, text: str) -> None:
+    """The command's answer at its response_url; if Slack does not take it there, as an ephemeral message."""
+    try:
+        response = respond(text=text, response_type="ephemeral")
+        if response.status_code == 200:
+            return
+        log.warning("the response_url refused /kernel's answer (%s %s); answering with chat.postEphemeral",
+                    response.status_code, str(response.body)[:200])
+    except (SlackClientError, OSError, ValueError):  # ValueError: the command came without a response_url
+        log.exception("the response_url did not take /kernel's answer; answering with chat.postEphemeral")
+    try:
+        client.chat_postEphemeral(channel=channel, user=user, text=text)
+    except (SlackApiError, SlackClientError, OSError):
+        log.exception("cannot tell %s in %s the answer to their /kernel command", user, channel)

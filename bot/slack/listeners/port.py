@@ -1,9 +1,10 @@
 """The `/kernel port` form's submission and the buttons on the ported task.
 
 Static problems (no source, both a paste and a file, a bad or taken name, a syntax error) are shown next to their
-inputs at once. Otherwise the form becomes a "porting" view; in the background an uploaded file is fetched with the
-bot token, the source is ported to a task, and the view becomes the new task with two buttons (start a HITL or an
-Auto session in the channel the form was opened in), or the form again with what went wrong.
+inputs at once. Otherwise the form becomes a "porting" view; in the background the bot makes sure it can post in the
+channel (the buttons start sessions there), an uploaded file is fetched with the bot token, the source is ported to a
+task, and the view becomes the new task with two buttons (start a HITL or an Auto session in the channel the form was
+opened in), or the form again with what went wrong.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from agents.brain import Budget
 from agents.brains import BrainUnavailable, default_brain
 from agents.commands import start_session
 from agents.porter import SourceError, port_file, porter_brain
+from bot.slack.channel_access import ChannelUnavailable
 from bot.slack.listener_context import BotContext
 from bot.slack.listeners.forms import accept_and_work, saved_task_files
 from bot.slack.views.port_form import (
@@ -96,6 +98,7 @@ def register(app: App, ctx: BotContext) -> None:
 def port_and_show(ctx: BotContext, client: WebClient, submission: PortSubmission, *, user: str, view_id: str) -> None:
     """Fetch the source, port it to a task and show the outcome in the modal."""
     try:
+        ctx.channels.require(submission.channel)
         with tempfile.TemporaryDirectory(prefix="kernelbot-port-") as scratch:
             kind, source, reference = write_sources(ctx, client, submission, Path(scratch))
             with _PORTS:
@@ -108,7 +111,7 @@ def port_and_show(ctx: BotContext, client: WebClient, submission: PortSubmission
             error = describe_error(result.error, home=ctx.settings.home)
             view = port_form(channel=submission.channel, values=submission, error=error)
             text = f"*{submission.name}* was not ported; nothing was written:\n{error}"
-    except (UploadRefused, PortUnavailable, SourceError, BrainUnavailable) as exc:
+    except (ChannelUnavailable, UploadRefused, PortUnavailable, SourceError, BrainUnavailable) as exc:
         view, text = port_form(channel=submission.channel, values=submission, error=str(exc)), str(exc)
     except Exception as exc:  # noqa: BLE001 - a person gets a sentence, the log gets the traceback
         log.exception("porting %r from Slack failed", submission.name)
@@ -219,10 +222,11 @@ def start_on_ported(ctx: BotContext, *, mode: str, task_name: str, channel: str,
         return start_failed_view(task=task_name, error=error), f"No session was started on {task_name}: {error}"
     brain, target = default_brain(ctx.settings), ctx.settings.default_target
     try:
+        ctx.channels.require(channel)
         session_id = start_session(ctx.engine, mode=mode, task=load_task(task_dir), target=target, owner=user,
                                    budget={"brain": brain, "iterations": ITERATIONS, "task_files": files},
                                    slack_channel=channel)
-    except (TaskError, ValueError) as exc:
+    except (ChannelUnavailable, TaskError, ValueError) as exc:
         error = str(exc).replace(str(ctx.settings.home), "KERNELBOT_HOME")
         return start_failed_view(task=task_name, error=error), f"No session was started on {task_name}: {error}"
     ctx.notify()

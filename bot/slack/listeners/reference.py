@@ -1,8 +1,9 @@
 """The `/kernel new` reference form's submission.
 
 Static problems (syntax, missing functions, a bad name or tolerance) are shown next to their inputs at once.
-Otherwise the form becomes a "checking" view; in the background the reference is checked in a sandbox and the view
-becomes either the started HITL session or the form again, with what was typed and what went wrong.
+Otherwise the form becomes a "checking" view; in the background the bot makes sure it can post in the channel (the
+session's thread lives there), the reference is checked in a sandbox and the view becomes either the started HITL
+session or the form again, with what was typed and what went wrong.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 
 from agents.brains import default_brain
 from agents.commands import start_session
+from bot.slack.channel_access import ChannelUnavailable
 from bot.slack.listener_context import BotContext
 from bot.slack.listeners.forms import accept_and_work, saved_task_files
 from bot.slack.views.reference_form import (
@@ -53,6 +55,7 @@ def check_and_start(ctx: BotContext, client: WebClient, submission: ReferenceSub
     files = task_files(submission)
     brain = submission.brain or default_brain(ctx.settings)
     try:
+        ctx.channels.require(submission.channel)
         with _CHECKS:
             added = add_checked_task(files, dest=ctx.settings.home / "tasks" / submission.name, settings=ctx.settings)
         if added.task_dir is None:
@@ -67,6 +70,9 @@ def check_and_start(ctx: BotContext, client: WebClient, submission: ReferenceSub
             ctx.notify()
             view = started_view(session_id, submission=submission, brain=brain, check=added.check)
             text = f"Started HITL session `{session_id}` on *{submission.name}*; its plan comes to a thread here."
+    except ChannelUnavailable as exc:
+        view = reference_form(channel=submission.channel, values=submission, error=str(exc))
+        text = str(exc)
     except TaskError as exc:  # the name was taken meanwhile
         error = str(exc).replace(str(ctx.settings.home), "KERNELBOT_HOME")
         view, text = reference_form(channel=submission.channel, values=submission, error=error), error

@@ -291,17 +291,17 @@ def test_digest_preview_and_now_through_the_slack_app_and_the_notifier(tmp_path:
         worker.start()
         try:
             with served(build_app(settings, engine, notify=notifier.notify)) as url:
-                status, body = command(url, "digest preview")
+                status, body = command(url, "digest preview", fake=fake)
                 assert status == 200 and body["response_type"] == "ephemeral"
                 preview = body["text"]
                 assert "*New best kernels (3)*" in preview and "x1.80 measured" in preview  # the last 24 h
                 assert "waits for <@U3> to approve the plan" in preview and "nothing was posted" in preview
-                plain = command(url, "digest")[1]["text"]  # preview is the default
+                plain = command(url, "digest", fake=fake)[1]["text"]  # preview is the default
                 assert "*New best kernels (3)*" in plain and "nothing was posted" in plain
                 with Session(engine) as s:
                     assert s.exec(select(DigestRun)).all() == []
 
-                reply = command(url, "digest now", channel="C5")[1]["text"]
+                reply = command(url, "digest now", fake=fake, channel="C5")[1]["text"]
                 assert "is being posted in this channel (`manual-" in reply
                 # notify() woke the notifier: posted well before its 5 s poll.
                 assert _wait(lambda: any("Kernel digest" in m.text for m in fake.messages.get("C5", [])), 4.0)
@@ -323,7 +323,7 @@ def test_digest_preview_and_now_through_the_slack_app_and_the_notifier(tmp_path:
                     assert run.payload["new_bests"]["count"] == 3
                 png = next(f for f in fake.files.values() if f["name"] == f"digest_{run.id}.png")
                 assert png["content"][:8] == b"\x89PNG\r\n\x1a\n"
-                assert "not a digest command" in command(url, "digest later")[1]["text"]
+                assert "not a digest command" in command(url, "digest later", fake=fake)[1]["text"]
         finally:
             notifier.close()
             worker.join(10)

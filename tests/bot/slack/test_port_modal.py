@@ -314,7 +314,7 @@ def served_app(tmp_path: Path) -> Iterator[Served]:
 
 
 def open_form(app: Served, channel: str = "C1") -> dict[str, Any]:
-    status, _ = command(app.url, "port", channel=channel, trigger_id="trigger-7")
+    status, _ = command(app.url, "port", fake=app.fake, channel=channel, trigger_id="trigger-7", answered=False)
     assert status == 200
     wait_for("the form to open", lambda: any(method == "views.open" for method, _ in app.fake.calls), timeout=10)
     opened = [args for method, args in app.fake.calls if method == "views.open"]
@@ -398,7 +398,8 @@ def test_a_pasted_module_ports_and_start_a_hitl_session_starts_one_in_the_channe
     shown = all_text(started)
     assert f"Started HITL session `{record.id}` on *scaled_relu*" in shown and "thread is in <#C1>" in shown
     # The ported task is a task like any other now; the same source again under its name is no problem.
-    assert "Started HITL session" in command(served_app.url, "new scaled_relu --brain offline")[1]["text"]
+    started = command(served_app.url, "new scaled_relu --brain offline", fake=served_app.fake)[1]["text"]
+    assert "Started HITL session" in started
     assert static_problems(submission(), existing=files) == {}
 
 
@@ -440,6 +441,21 @@ def test_a_module_whose_forward_raises_gets_the_form_back_and_writes_nothing(ser
     assert inputs[SOURCE]["element"]["initial_value"] == FORWARD_RAISES
     assert inputs[NAME]["element"]["initial_value"] == "broken"
     assert not (served_app.settings.home / "tasks" / "broken").exists()
+    assert sessions_of(served_app.settings) == []
+
+
+def test_a_form_from_a_channel_the_bot_cannot_post_to_gets_the_form_back_and_ports_nothing(
+        served_app: Served) -> None:
+    served_app.fake.add_channel("GSECRET", private=True, members=("U1",), bot=False)
+    view = open_form(served_app, channel="GSECRET")
+    status, body = submit_view(served_app.url, view, state(submission()))
+    assert status == 200 and body["response_action"] == "update"
+    final = updated_view(served_app, view["id"], timeout=10)
+    assert final["callback_id"] == PORT_CALLBACK
+    error = final["blocks"][0]["text"]["text"]
+    assert "invite me with `/invite @kernelbot`" in error and "Nothing was started." in error
+    assert blocks_by_id(final)[NAME]["element"]["initial_value"] == "scaled_relu"  # what was typed is kept
+    assert not (served_app.settings.home / "tasks" / "scaled_relu").exists()
     assert sessions_of(served_app.settings) == []
 
 

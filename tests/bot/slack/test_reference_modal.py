@@ -198,8 +198,8 @@ def served_app(tmp_path: Path) -> Iterator[Served]:
         yield app
 
 
-def open_form(app: Served) -> dict[str, Any]:
-    status, _ = command(app.url, "new", trigger_id="trigger-42")
+def open_form(app: Served, channel: str = "C1") -> dict[str, Any]:
+    status, _ = command(app.url, "new", fake=app.fake, channel=channel, trigger_id="trigger-42", answered=False)
     assert status == 200
     deadline = time.monotonic() + 10
     while not any(method == "views.open" for method, _ in app.fake.calls) and time.monotonic() < deadline:
@@ -236,6 +236,19 @@ def test_kernel_new_opens_the_form_and_a_syntax_error_is_shown_in_it(served_app:
     assert sessions_of(served_app.settings) == []
 
 
+def test_a_reference_from_a_channel_the_bot_cannot_post_to_starts_nothing(served_app: Served) -> None:
+    served_app.fake.add_channel("GSECRET", private=True, members=("U1",), bot=False)
+    view = open_form(served_app, channel="GSECRET")
+    status, body = submit_view(served_app.url, view, state(submission()))
+    assert status == 200 and body["response_action"] == "update"
+    final = updated_view(served_app, view["id"], timeout=10)
+    assert final["callback_id"] == REFERENCE_CALLBACK
+    text = all_text(final)
+    assert "invite me with `/invite @kernelbot`" in text and "Nothing was started." in text
+    assert not (served_app.settings.home / "tasks" / "scaled_tanh").exists()  # not checked, not saved
+    assert sessions_of(served_app.settings) == []
+
+
 def test_a_good_reference_starts_a_hitl_session_that_runners_elsewhere_can_load(served_app: Served,
                                                                                 tmp_path: Path) -> None:
     view = open_form(served_app)
@@ -259,7 +272,8 @@ def test_a_good_reference_starts_a_hitl_session_that_runners_elsewhere_can_load(
     assert [(j.kind, j.status, j.payload) for j in jobs] == [
         ("hitl_advance", "queued", {"session_id": record.id, "fails_session": True})]
     # The pasted task is a task like any other now.
-    assert "Started HITL session" in command(served_app.url, "new scaled_tanh --brain offline")[1]["text"]
+    started = command(served_app.url, "new scaled_tanh --brain offline", fake=served_app.fake)[1]["text"]
+    assert "Started HITL session" in started
 
     # A runner on another host (its own KERNELBOT_HOME, the same database) writes the task from the session.
     runner = load_settings({"KERNELBOT_HOME": str(tmp_path / "runner-home"),

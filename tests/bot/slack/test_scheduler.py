@@ -220,7 +220,7 @@ def test_schedule_add_list_remove_through_the_slack_app(tmp_path: Path) -> None:
         engine = open_database(settings)
         with served(build_app(settings, engine)) as url:
             def reply(text: str, user: str = "U1") -> str:
-                status, body = command(url, text, user=user, channel="C2")
+                status, body = command(url, text, fake=fake, user=user, channel="C2")
                 assert status == 200 and body["response_type"] == "ephemeral"
                 return body["text"]
 

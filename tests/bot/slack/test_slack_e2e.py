@@ -62,7 +62,7 @@ def _session_id(reply: dict[str, Any]) -> str:
 
 @pytest.mark.slow
 def test_a_hitl_session_from_slash_command_to_auto_summary(team: Team) -> None:
-    status, reply = command(team.url, "new softmax --brain offline --budget 3")
+    status, reply = command(team.url, "new softmax --brain offline --budget 3", fake=team.slack)
     assert status == 200 and "Started HITL session" in reply["text"]
     sid = _session_id(reply)
 
@@ -162,7 +162,7 @@ def test_a_hitl_session_from_slash_command_to_auto_summary(team: Team) -> None:
 
 @pytest.mark.slow
 def test_cancel_from_the_plan_card(team: Team) -> None:
-    sid = _session_id(command(team.url, "new layer_norm --brain offline")[1])
+    sid = _session_id(command(team.url, "new layer_norm --brain offline", fake=team.slack)[1])
     plan = team.card(sid, "approve")
     click(team.url, action_id="cancel", value=buttons(plan)["cancel"])
     wait_for("the cancelled root", lambda: "cancelled by <@U1>" in text_of(team.slack.find("C1", team.root(sid).ts)))

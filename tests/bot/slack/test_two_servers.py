@@ -110,7 +110,7 @@ def test_two_servers_post_each_digest_once_and_the_survivor_takes_over(tmp_path:
             for port in ports:
                 wait_for_port(port, timeout=40)
             for port in ports:  # both answer Slack, leader or not
-                status, body = command(f"http://127.0.0.1:{port}/slack/events", "digest preview")
+                status, body = command(f"http://127.0.0.1:{port}/slack/events", "digest preview", fake=fake)
                 assert status == 200 and "Kernel digest" in body["text"], body
             started = datetime.now().astimezone()
             time.sleep(10)
