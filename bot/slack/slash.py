@@ -11,6 +11,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from agents.search_decide import SEARCH_STRATEGIES
+from bot.slack.thread_replies import REDIRECT_KEYWORD
 from tpu_runner.hardware import CHIPS
 
 
@@ -67,6 +68,8 @@ def _closest(word: str, choices: list[str]) -> str:
 def help_text() -> str:
     lines = ["*/kernel* - agents that write and tune TPU kernels in JAX Pallas:"]
     lines += [f"• `/kernel {spec.usage}` - {spec.summary}" for spec in COMMANDS.values()]
+    lines.append(f"• In a session's thread, a reply that mentions me (`@kernelbot use rows of 64`) or starts with "
+                 f"`{REDIRECT_KEYWORD}` redirects the agent; other replies are conversation and left alone")
     return "\n".join(lines)
 
 

@@ -1,5 +1,5 @@
 """End to end, as a team uses it: `kernelbot serve` (HTTP, an embedded runner, the offline brain) against the
-fake Slack. /kernel new -> a plan in a thread -> redirects through the modal and a thread reply -> Approve ->
+fake Slack. /kernel new -> a plan in a thread -> redirects through the modal and a reply to the bot -> Approve ->
 kernel, progress, result card with its chart -> Hand off to Auto -> Auto's progress and final summary; an
 unauthorised click, a stale button, and a cancel."""
 
@@ -17,7 +17,7 @@ from sqlmodel import Session, col, select
 from bot.slack.server import Server
 from storage import sessions
 from storage.models import Decision, KernelSession
-from tests.fakes.slack_api import FakeSlack, Message
+from tests.fakes.slack_api import BOT_USER, FakeSlack, Message
 from tests.support.bot import whole_server
 from tests.support.reading import buttons, text_of, wait_for
 from tests.support.slack_http import click, command, event, submit_view
@@ -93,8 +93,11 @@ def test_a_hitl_session_from_slash_command_to_auto_summary(team: Team) -> None:
     assert not buttons(answered) and "rows 64" in text_of(answered)
     assert "rows 64" in text_of(replanned)
 
-    # Redirect by a plain reply in the thread (Slack retries the delivery: handled once).
-    reply_event = {"type": "message", "channel": "C1", "user": "U1", "text": "rows 32",
+    # Talk in the thread is left alone; a reply that mentions the bot redirects (Slack retries the delivery:
+    # handled once), recorded without the mention.
+    event(team.url, {"type": "message", "channel": "C1", "user": "U1", "text": "rows 32 might be better",
+                     "ts": f"{time.time():.6f}", "thread_ts": root.ts})
+    reply_event = {"type": "message", "channel": "C1", "user": "U1", "text": f"<@{BOT_USER}> rows 32",
                    "ts": f"{time.time():.6f}", "thread_ts": root.ts}
     event(team.url, reply_event, event_id="EvReply1")
     event(team.url, reply_event, event_id="EvReply1")

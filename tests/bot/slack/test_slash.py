@@ -39,3 +39,4 @@ def test_malformed_commands_get_a_message_that_helps(text: str, message: str) ->
 def test_help_lists_every_command() -> None:
     text = help_text()
     assert all(f"/kernel {name}" in text for name in COMMANDS)
+    assert "mentions me" in text and "`redirect:`" in text  # how a thread reply steers, and that others do not
