@@ -7,6 +7,7 @@ from pathlib import Path
 
 from slack_bolt import App
 from slack_sdk import WebClient
+from slack_sdk.http_retry import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
 from sqlalchemy import Engine
 
 from bot.slack import listeners
@@ -15,16 +16,30 @@ from bot.slack.listener_context import BotContext, GroupDirectory
 from bot.slack.steering import SteeringPolicy
 from storage.settings import Settings
 
+RATE_LIMIT_RETRIES = 2  # 429s a listener's call waits out before it gives up
+
 
 class SlackSettingsError(ValueError):
     """What `serve` needs from the environment and did not get."""
 
 
 def web_client(settings: Settings, **kwargs: object) -> WebClient:
+    """The bot's Web API client. The listeners' calls (views, ephemeral answers, user groups, conversations) wait
+    out a 429's Retry-After and retry a dropped connection; a caller that paces itself passes its own
+    `retry_handlers` (the notifier passes none: it pauses the channel on a 429 instead of sleeping in the call)."""
     if not settings.slack_bot_token:
         raise SlackSettingsError("SLACK_BOT_TOKEN is not set: the bot token (xoxb-...) from the app's OAuth page")
-    return WebClient(token=settings.slack_bot_token,
-                     **({"base_url": settings.slack_api_url} if settings.slack_api_url else {}), **kwargs)  # type: ignore[arg-type]
+    options: dict[str, object] = {"retry_handlers": [ConnectionErrorRetryHandler(max_retry_count=1),
+                                                     RateLimitErrorRetryHandler(max_retry_count=RATE_LIMIT_RETRIES)]}
+    if settings.slack_api_url:
+        options["base_url"] = settings.slack_api_url
+    return WebClient(token=settings.slack_bot_token, **{**options, **kwargs})  # type: ignore[arg-type]
+
+
+def notifier_client(settings: Settings) -> WebClient:
+    """The notifier's client: no retries inside a call. The notifier paces each channel and, on a 429, pauses
+    that channel for Slack's Retry-After itself; a retry sleeping inside the call would hold every channel."""
+    return web_client(settings, retry_handlers=[])
 
 
 def app_token(settings: Settings) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from agents.session_jobs import runner_kinds
-from bot.slack.app import build_app, web_client
+from bot.slack.app import build_app, notifier_client
 from bot.slack.http_mode import make_server
 from bot.slack.leader import LeaderLock
 from bot.slack.outbound.digest import digest_ops
@@ -102,7 +102,7 @@ class Server:
         self.leader.release()
 
     def _start_leader_work(self) -> None:
-        sender = SlackSender(web_client(self.settings, retry_handlers=[]))
+        sender = SlackSender(notifier_client(self.settings))
         self.notifier = Notifier(self.engine, sender, digest_ops=digest_ops)
         notifier_thread = threading.Thread(target=self.notifier.run, name="notifier", daemon=True)
         notifier_thread.start()
