@@ -85,7 +85,7 @@ class FakeSlack:
     # What auth.test reports in x-oauth-scopes, as Slack does (None: no such header).
     scopes: tuple[str, ...] | None = ("commands", "chat:write", "files:write", "files:read", "channels:history",
                                       "groups:history", "users:read", "usergroups:read", "channels:read",
-                                      "groups:read", "channels:join")
+                                      "groups:read", "channels:join", "im:read", "mpim:read")
     socket_url: str = ""  # what apps.connections.open hands out (the Socket Mode fake's address)
     after_post: Callable[[Message], None] | None = None  # runs once a message is stored, before the answer
     _stamps: dict[str, list[float]] = field(default_factory=dict)

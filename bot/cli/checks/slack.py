@@ -13,7 +13,8 @@ from storage.settings import Settings
 MANIFEST = SOURCE_ROOT / "slack" / "manifest.yaml"
 # What the bot calls Slack for; slack/manifest.yaml declares the same list (check_slack_scopes compares).
 SLACK_SCOPES = ("commands", "chat:write", "files:write", "files:read", "channels:history", "groups:history",
-                "users:read", "usergroups:read")
+                "users:read", "usergroups:read", "channels:read", "groups:read", "im:read", "mpim:read",
+                "channels:join")
 SLACK_TIMEOUT_S = 10
 
 
