@@ -135,11 +135,13 @@ def grid_steps(traffic: TrafficReport) -> int:
 
 def _program_profile(timed: ProgramTime, seconds: float, hbm_bytes: float, cycles: list[tuple[str, int]]
                      ) -> dict[str, Any]:
-    """What the profile summary and chart read of one program's estimate."""
-    slow = sorted(timed.ops, key=lambda op: -op.seconds)
+    """What the profile summary, the chart and the trace read of one program's estimate: its ops as (name, ns) in
+    the order the program runs them, and each op's class (kernel, matmul, elementwise, ...)."""
+    timed_ops = [op for op in timed.ops if op.seconds > 0]
     return {"cycles": sum(n for _, n in cycles), "hbm_bytes": hbm_bytes, "compute_seconds": timed.compute_seconds,
             "memory_seconds": timed.memory_seconds, "seconds": seconds, "bound": timed.bound,
-            "ops": [(op.name, round(op.seconds * 1e9)) for op in slow if op.seconds > 0],
+            "ops": [(op.name, round(op.seconds * 1e9)) for op in timed_ops],
+            "op_classes": {op.name: op.op_class for op in timed_ops},
             "by_class": timed.by_class()}
 
 
