@@ -399,9 +399,14 @@ def test_a_runner_is_healthy_while_it_heartbeats(script: Path, tmp_path: Path) -
     engine.dispose()
 
 
-def test_serve_in_socket_mode_is_healthy_while_its_database_is(script: Path, tmp_path: Path) -> None:
+def test_serve_in_socket_mode_is_healthy_while_its_socket_and_database_are(script: Path, tmp_path: Path) -> None:
+    from bot.slack.socket_health import SocketRecorder, state_path
+
     code, out = run_check(script, tmp_path, "kernelbot", "serve")
-    assert code == 0 and "SQLite" in out, out  # not created yet: serve creates and migrates it
+    assert code == 1 and "has not recorded its Socket Mode connection" in out, out
+    SocketRecorder(state_path(tmp_path / "data")).record(True, time.time())  # what serve writes every 5 s
+    code, out = run_check(script, tmp_path, "kernelbot", "serve")
+    assert code == 0 and "Socket Mode connected" in out and "SQLite" in out, out  # serve creates the database
     with socket.socket() as s:  # a port on this machine where nothing listens
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -4,7 +4,8 @@ read from the command line the container runs (PID 1's when none is given).
 - `serve --http`: `GET /healthz` on its port answers 200 while it serves;
 - `runner`: the database is reachable at the schema head and this host's runner heartbeated within one lease
   (`--lease-seconds`, 60 s by default), i.e. before its jobs would be taken over;
-- `serve` (Socket Mode): the database is reachable at the schema head;
+- `serve` (Socket Mode): the database is reachable at the schema head, and the Socket Mode connection `serve`
+  records every few seconds in the data directory is fresh (not hung) and up, or down for less than a minute;
 - anything else (a one-off command): nothing to check.
 """
 
@@ -86,4 +87,14 @@ def assess(args: list[str], settings: Settings) -> tuple[bool, str]:
             return runner_health(args, settings)
         except Exception as exc:  # noqa: BLE001 - any failure to look is unhealthy, said in one line
             return False, redact(f"runner heartbeat unreadable: {type(exc).__name__}: {exc}".splitlines()[0])
-    return True, redact(database.detail)
+    return socket_health(settings, database.detail)
+
+
+def socket_health(settings: Settings, database: str) -> tuple[bool, str]:
+    from bot.slack.socket_health import assess, read_state, state_path
+
+    try:
+        healthy, why = assess(read_state(state_path(settings.home)), now=time.time())
+    except ValueError as exc:
+        healthy, why = False, str(exc)
+    return healthy, redact(f"{why}; {database}")

@@ -1,11 +1,12 @@
-"""`kernelbot serve`, assembled: the Bolt app over HTTP or Socket Mode in every process; the notifier (and the
-scheduler) in the one process that holds the leader lock; with `--with-runner`, a runner in the same process
-for a single-host team."""
+"""`kernelbot serve`, assembled: the Bolt app over HTTP or Socket Mode in every process (in Socket Mode, the
+connection's state recorded every few seconds for the health check); the notifier (and the scheduler) in the one
+process that holds the leader lock; with `--with-runner`, a runner in the same process for a single-host team."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,8 @@ from bot.slack.leader import LeaderLock
 from bot.slack.outbound.digest import digest_ops
 from bot.slack.outbound.notifier import Notifier
 from bot.slack.outbound.sender import SlackSender
-from bot.slack.socket_mode import connect
+from bot.slack.socket_health import RECORD_SECONDS, SocketRecorder, state_path
+from bot.slack.socket_mode import SocketConnection, connect
 from storage.settings import Settings
 from tpu_runner.daemon import RunnerConfig, RunnerDaemon, describe_host
 from tpu_runner.hardware import CHIPS
@@ -49,6 +51,7 @@ class Server:
     engine: Engine
     options: ServeOptions
     leader_services: list[LeaderService] = field(default_factory=list)
+    socket_record_seconds: float = RECORD_SECONDS  # how often the Socket Mode state is written for the health check
     stop: threading.Event = field(default_factory=threading.Event)
     notifier: Notifier | None = None
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -140,7 +143,24 @@ class Server:
         else:
             self._socket = connect(self.app, self.settings)
             log.info("serve: connected to Slack over Socket Mode")
-            self.stop.wait()
+            self._watch_socket(self._socket)
+
+    def _watch_socket(self, socket: SocketConnection) -> None:
+        """Until `shutdown`, record every few seconds whether the socket is connected, for the health check."""
+        recorder = SocketRecorder(state_path(self.settings.home))
+        was_connected = True
+        while True:
+            connected = socket.is_connected()
+            if connected != was_connected:
+                log.log(logging.INFO if connected else logging.WARNING, "serve: Socket Mode %s",
+                        "connected again" if connected else "disconnected; the client reconnects")
+                was_connected = connected
+            try:
+                recorder.record(connected, time.time())
+            except OSError:
+                log.exception("serve: cannot record the Socket Mode connection for the health check")
+            if self.stop.wait(self.socket_record_seconds):
+                return
 
     def shutdown(self, grace_seconds: float = 30.0) -> None:
         """Stop everything once (the signal handler's thread and the main thread both ask; the second waits)."""
