@@ -27,6 +27,7 @@ from agents.offline.expr import NotRecognised
 from agents.offline.families import Matmul, Spec, recognise
 from agents.offline.params import choose, cost_line, raised_vmem_limit
 from agents.offline.reading import Reading, read_task
+from agents.plan_parameters import LINE, parameters_line
 from agents.subagents import AgentAnswerError, code_blocks
 from storage.settings import Settings
 from tpu_runner.hardware import ChipSpec
@@ -50,7 +51,6 @@ _TOGGLES = {
     "f32 accumulation": ("ACC_DTYPE", "float32"), "accumulate in f32": ("ACC_DTYPE", "float32"),
     "single buffering": ("BUFFERS", 1), "double buffering": ("BUFFERS", 2),
 }
-_PARAMS_LINE = re.compile(r"^Parameters: (\{.*\})\s*$", re.MULTILINE)
 
 
 def _without_docstring(source: str) -> str:
@@ -161,7 +161,7 @@ class OfflineBrain:
         number = re.search(r"This will be plan (\d+) of the session", prompt)
         if number:
             self.plans = int(number.group(1)) - 1
-        last = _PARAMS_LINE.search(prompt.split("The last plan:\n", 1)[1]) if "The last plan:\n" in prompt else None
+        last = LINE.search(prompt.split("The last plan:\n", 1)[1]) if "The last plan:\n" in prompt else None
         if last:
             with contextlib.suppress(json.JSONDecodeError):
                 self.history = [json.loads(last.group(1))]
@@ -210,7 +210,7 @@ class OfflineBrain:
         return "\n\n".join([
             f"## Analysis\n{spec.describe()} on {self.chip.name}. {self.cost} {reasons[0]}",
             f"## Strategy\n{strategy}",
-            f"## Tiling and memory\n{tiling}\nParameters: {json.dumps(params, sort_keys=True)}",
+            f"## Tiling and memory\n{tiling}\n{parameters_line(params)}",
             f"## Pipelining\n{pipelining}",
             "## Expected impact\nOne pass over HBM for the inputs and the output; fusing the whole chain saves the "
             "intermediate round trips XLA may make." + (f"\n{note}" if note else ""),
@@ -222,7 +222,7 @@ class OfflineBrain:
         assert self.spec is not None
         if "Apply this optimisation strategy" in prompt:
             return self._apply_strategy(prompt)
-        found = _PARAMS_LINE.findall(prompt)
+        found = LINE.findall(prompt)
         if not found:
             raise AgentAnswerError("the plan has no 'Parameters: {...}' line for the offline brain to implement")
         params = {**choose(self.spec, self.chip)[0], **json.loads(found[-1])}

@@ -16,6 +16,7 @@ from agents.offline.emit import source
 from agents.offline.expr import NotRecognised
 from agents.offline.params import choose, raised_vmem_limit
 from agents.offline.reading import read_task, read_tasks
+from agents.plan_parameters import plan_parameters, without_parameters
 from agents.task_context import task_context
 from storage.settings import Settings
 from tests.conftest import TASKS
@@ -123,6 +124,22 @@ def test_a_redirect_is_applied_and_what_was_not_understood_is_said(settings: Set
     assert "Not understood: 'make it sing'" in impact
     code = subagents.implement(brain, ctx, plan)
     assert tunable.current(code)["BLOCK_ROWS"] == 64
+
+
+def test_a_plans_parameters_line_reads_back_as_the_kernel_gets_them_and_leaves_a_readable_plan(
+        settings: Settings) -> None:
+    task = load_task(TASKS / "matmul_bias_gelu")
+    brain = offline_brain(task, V6E, settings)
+    ctx = task_context(task, V6E, settings)
+    plan = subagents.plan(brain, ctx, redirect="vmem 32, single buffering")
+    params = plan_parameters(plan.render())
+    assert params is not None and params["VMEM_LIMIT_BYTES"] == 32 * 2**20 and params["BUFFERS"] == 1
+    current = tunable.current(subagents.implement(brain, ctx, plan))
+    assert {k: current[k] for k in params} == params
+    shown = without_parameters(plan.render())
+    assert "Parameters:" not in shown and plan_parameters(shown) is None
+    assert subagents.parse_plan(shown).sections["risks"] == plan.sections["risks"]  # every section still there
+    assert plan_parameters("Parameters: {not json}") is None and plan_parameters("Parameters: [1, 2]") is None
 
 
 def test_redirect_vocabulary() -> None:

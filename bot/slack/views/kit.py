@@ -37,6 +37,14 @@ def context(value: str) -> Block:
     return {"type": "context", "elements": [{"type": "mrkdwn", "text": value[:2900]}]}
 
 
+def fields(values: list[str], heading: str = "") -> Block:
+    """A section of short mrkdwn fields, shown two a row (Slack takes at most 10, each within 2,000 characters)."""
+    block: Block = {"type": "section", "fields": [{"type": "mrkdwn", "text": v[:2000]} for v in values[:10]]}
+    if heading:
+        block["text"] = {"type": "mrkdwn", "text": heading[:2900]}
+    return block
+
+
 def button(label: str, action: str, value: str, style: str | None = None) -> Block:
     block: Block = {"type": "button", "text": text(label), "action_id": action, "value": value}
     if style:
@@ -107,7 +115,7 @@ def mrkdwn(markdown: str) -> str:
 
 def text_size(block: Block) -> int:
     if block["type"] in ("section", "header"):
-        return len(block["text"]["text"])
+        return len((block.get("text") or {}).get("text", "")) + sum(len(f["text"]) for f in block.get("fields", []))
     return sum(len(e.get("text", "")) for e in block.get("elements", []) if isinstance(e.get("text"), str))
 
 

@@ -11,7 +11,8 @@ import json
 import time
 from typing import Any
 
-from bot.slack.views.kit import Block, Payload, actions, button, capped, context, mrkdwn, sections
+from agents.plan_parameters import plan_parameters, without_parameters
+from bot.slack.views.kit import Block, Payload, actions, button, capped, context, fields, mrkdwn, sections
 from bot.speedup import outcome_speedup
 
 STAGES = ("queued", "compiling", "testing", "profiling")
@@ -54,9 +55,54 @@ def session_root(*, session_id: str, task: str, target: str, mode: str, owner: s
 
 
 # -- HITL cards -----------------------------------------------------------------------------------------------
+_AXES = {"BLOCK_M": "M", "BLOCK_N": "N", "BLOCK_K": "K", "BLOCK_ROWS": "rows", "BLOCK_COLS": "columns",
+         "BLOCK_Q": "query", "BLOCK_KV": "key"}
+# The grid each family of the offline brain's kernels walks, known by its block parameters.
+_GRIDS = (("BLOCK_KV", "batch, head and query blocks in parallel; key blocks last, in order"),
+          ("BLOCK_K", "M and N blocks in parallel; K blocks last, in order (the accumulator's)"),
+          ("BLOCK_ROWS", "row and column blocks, all in parallel"))
+_BUFFERING = {1: "single-buffered", 2: "double-buffered"}
+_MiB = 2**20
+
+
+def parameter_fields(params: dict[str, Any]) -> list[str]:
+    """A plan's parameters in words, one Block Kit field each: the block sizes together, the VMEM limit in MiB,
+    the buffering, the epilogue, the accumulator, the grid; any other parameter as it is."""
+    shown: list[str] = []
+    axes = [k for k in _AXES if k in params]
+    if axes == ["BLOCK_ROWS"]:
+        shown.append(f"*Block*\n{params['BLOCK_ROWS']} rows x all columns")
+    elif axes:
+        shown.append(f"*Block ({' x '.join(_AXES[k] for k in axes)})*\n{' x '.join(str(params[k]) for k in axes)}")
+    if isinstance(params.get("VMEM_LIMIT_BYTES"), int):
+        shown.append(f"*VMEM limit*\n{params['VMEM_LIMIT_BYTES'] / _MiB:g} MiB")
+    if "BUFFERS" in params:
+        buffers = params["BUFFERS"]
+        shown.append(f"*Buffering*\n{_BUFFERING.get(buffers, f'{buffers} buffers')}")
+    elif axes:
+        shown.append("*Buffering*\ndouble-buffered (Pallas' default)")
+    if "FUSE_EPILOGUE" in params:
+        shown.append("*Epilogue*\n" + ("fused into the kernel" if params["FUSE_EPILOGUE"]
+                                        else "run by XLA after the kernel"))
+    if "ACC_DTYPE" in params:
+        shown.append(f"*Accumulator*\n{params['ACC_DTYPE']}")
+    grid = next((words for key, words in _GRIDS if key in params), None)
+    if grid:
+        shown.append(f"*Grid*\n{grid}")
+    known = {*_AXES, "VMEM_LIMIT_BYTES", "BUFFERS", "FUSE_EPILOGUE", "ACC_DTYPE"}
+    shown += [f"*{key}*\n{json.dumps(value)}" for key, value in params.items() if key not in known]
+    return shown[:10]
+
+
 def plan_message(*, session_id: str, step: int, plan: str, redirect: str | None = None) -> Payload:
+    """The plan to approve: its parameters as fields (the plan's `Parameters:` line is left out of its text, which
+    says the same), the plan itself, and the four buttons."""
     heading = "*Plan*" + (f" (redirected: “{redirect.strip()[:300]}”)" if redirect else "")
-    blocks = sections(f"{heading}\n{mrkdwn(plan)}")
+    params = plan_parameters(plan)
+    if params:
+        blocks = [fields(parameter_fields(params), heading=heading), *sections(mrkdwn(without_parameters(plan)))]
+    else:
+        blocks = sections(f"{heading}\n{mrkdwn(plan)}")
     blocks.append(_session_actions(f"plan-{session_id}-{step}", session_id, step, [
         ("Approve", "approve", "primary"), ("Redirect…", "redirect", None), ("Hand off to Auto", "handoff", None),
         ("Cancel", "cancel", "danger")]))

@@ -13,6 +13,7 @@ from bot.slack.views.kit import MAX_BLOCKS, SECTION_LIMIT, split_text
 from bot.slack.views.session import (
     answered,
     auto_summary,
+    parameter_fields,
     plan_message,
     progress_text,
     result_card,
@@ -133,3 +134,34 @@ def test_the_app_home_shows_the_best_kernels_range() -> None:
     clear = shown({"performance": {"band": [1.01, 1.1]}})
     assert "likely x1.01-x1.10" in clear and "no clear gain" not in clear
     assert "best x1.04 estimated" in shown(None) and "likely" not in shown(None)  # a row from before bands
+
+
+def _plan(params: dict) -> str:
+    return ("## Analysis\nmemory-bound\n\n## Tiling and memory\n32 rows per block.\n"
+            f"Parameters: {json.dumps(params, sort_keys=True)}\n\n## Pipelining\noverlapped")
+
+
+def test_a_plans_parameters_are_fields_in_words_and_not_a_json_line_in_its_text() -> None:
+    payload = plan_message(session_id="s1", step=2, plan=_plan({"BLOCK_ROWS": 32, "VMEM_LIMIT_BYTES": 64 * 2**20}))
+    shown = json.dumps(payload)
+    assert "67108864" not in shown and "Parameters:" not in shown and "VMEM_LIMIT_BYTES" not in shown
+    head = payload["blocks"][0]
+    assert head["text"]["text"] == "*Plan*"
+    assert [f["text"] for f in head["fields"]] == [
+        "*Block*\n32 rows x all columns", "*VMEM limit*\n64 MiB", "*Buffering*\ndouble-buffered (Pallas' default)",
+        "*Grid*\nrow and column blocks, all in parallel"]
+    text = _texts(payload)[1]
+    assert "*Tiling and memory*\n32 rows per block.\n\n*Pipelining*" in text  # the plan reads on without the line
+    plain = plan_message(session_id="s1", step=2, plan="## Analysis\nno parameters line")  # an LLM's plan
+    assert "fields" not in plain["blocks"][0] and "no parameters line" in _texts(plain)[0]
+
+
+def test_a_matmuls_parameters_read_as_words() -> None:
+    assert parameter_fields({"ACC_DTYPE": "bfloat16", "BLOCK_K": 512, "BLOCK_M": 256, "BLOCK_N": 1024,
+                             "BUFFERS": 1, "FUSE_EPILOGUE": False, "VMEM_LIMIT_BYTES": 100 * 2**20,
+                             "UNROLL": True}) == [
+        "*Block (M x N x K)*\n256 x 1024 x 512", "*VMEM limit*\n100 MiB", "*Buffering*\nsingle-buffered",
+        "*Epilogue*\nrun by XLA after the kernel", "*Accumulator*\nbfloat16",
+        "*Grid*\nM and N blocks in parallel; K blocks last, in order (the accumulator's)", "*UNROLL*\ntrue"]
+    assert parameter_fields({"BLOCK_Q": 128, "BLOCK_KV": 256, "BUFFERS": 2})[:2] == [
+        "*Block (query x key)*\n128 x 256", "*Buffering*\ndouble-buffered"]
