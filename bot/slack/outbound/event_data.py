@@ -73,6 +73,7 @@ class SessionData:
     posted: set[str]
     shapes: str = ""
     evaluations: dict[int, Evaluation] = field(default_factory=dict)
+    started_mode: str = ""  # from its session_started event: a hand-over changes the record's mode
 
     @property
     def records(self) -> list[StepRecord]:
@@ -87,12 +88,14 @@ def load_session(s: Session, session_id: str) -> SessionData:
     steps = sessions.get_steps(s, session_id=session_id, status=None)
     posted = set(outbox.get_posted(s, scope=session_id))
     described = sessions.get_latest_event(s, session_id=session_id, kind="task_described")
+    started = sessions.get_latest_event(s, session_id=session_id, kind="session_started")
     candidate_ids = [int(st.outputs["candidate_id"]) for st in steps
                      if st.kind == "evaluate" and (st.outputs or {}).get("candidate_id") is not None]
     evaluations: dict[int, Evaluation] = {int(e.candidate_id or 0): e
                                           for e in sessions.get_evaluations(s, candidate_ids=candidate_ids)}
     return SessionData(record, steps, posted, shapes=str((described.payload or {}).get("shapes", "")) if described
-                       else "", evaluations=evaluations)
+                       else "", evaluations=evaluations,
+                       started_mode=str((started.payload or {}).get("mode") or "") if started else "")
 
 
 def _session_view(data: SessionData) -> SessionView:
@@ -102,7 +105,8 @@ def _session_view(data: SessionData) -> SessionView:
                        shapes=data.shapes, max_iterations=int(budget.get("iterations") or AutoConfig.max_iterations),
                        max_debug_attempts=AutoConfig.max_debug_attempts,
                        search_budget=int((budget.get("search") or {}).get("budget") or 0),
-                       in_parent_thread=r.slack_thread_ts is not None and "root" not in data.posted)
+                       in_parent_thread=r.slack_thread_ts is not None and "root" not in data.posted,
+                       started_mode=data.started_mode)
 
 
 def _code_steps(data: SessionData) -> list[Step]:

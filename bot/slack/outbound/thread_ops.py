@@ -54,6 +54,7 @@ class SessionView:
     max_debug_attempts: int = 3
     search_budget: int = 0
     in_parent_thread: bool = False  # started from another session's thread: its root is a reply there
+    started_mode: str = ""  # the mode it started in (a hand-over changes `mode`)
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,8 @@ def _who(user: str | None) -> str:
 def root(event: EventView, status: str) -> Show:
     s = event.session
     return Show("root", blocks.session_root(session_id=s.id, task=s.task, target=s.target, mode=s.mode,
-                                            owner=s.owner, status=status, shapes=s.shapes),
+                                            owner=s.owner, status=status, shapes=s.shapes,
+                                            started_mode=s.started_mode),
                 in_thread=s.in_parent_thread)
 
 

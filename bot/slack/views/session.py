@@ -24,6 +24,9 @@ DECISION_LABELS = {
     "handback": "Returned to HITL",
 }
 
+MODE_NAMES = {"hitl": "HITL", "auto": "Auto", "search": "Search"}  # as people type them
+
+
 def _session_actions(block_id: str, session_id: str, step: int | None,
                      buttons: list[tuple[str, str, str | None]]) -> Block:
     """Buttons that carry their session and step, so a click answers exactly the step it was shown for."""
@@ -42,16 +45,24 @@ def button_value(raw: str) -> tuple[str, int | None]:
 
 
 # -- the thread's root ----------------------------------------------------------------------------------------
+def mode_name(mode: str) -> str:
+    return MODE_NAMES.get(mode, mode)
+
+
 def session_root(*, session_id: str, task: str, target: str, mode: str, owner: str | None, status: str,
-                 shapes: str = "") -> Payload:
-    """The thread's first message; its status line is edited in place as the session moves."""
+                 shapes: str = "", started_mode: str = "") -> Payload:
+    """The thread's first message, titled with the mode the session started in and naming the one it is in now
+    when a hand-over changed it; its status line is edited in place as the session moves."""
     who = f"<@{owner}>" if owner else "someone"
-    text = f"*{mode.upper()} session* `{session_id}` on *{task}* ({target}), started by {who}"
+    started = started_mode or mode
+    title = f"{mode_name(started)} session"
+    now = f" (now in {mode_name(mode)})" if mode != started else ""
+    text = f"*{title}* `{session_id}` on *{task}* ({target}), started by {who}{now}"
     blocks = sections(text)
     if shapes:
         blocks.append(context(f"inputs: {shapes}"[:2000]))
     blocks.append(context(f"status: {status}"))
-    return {"text": f"{mode} session {session_id} on {task}: {status}", "blocks": blocks}
+    return {"text": f"{title} {session_id} on {task}{now}: {status}", "blocks": blocks}
 
 
 # -- HITL cards -----------------------------------------------------------------------------------------------

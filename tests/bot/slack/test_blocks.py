@@ -165,3 +165,14 @@ def test_a_matmuls_parameters_read_as_words() -> None:
         "*Grid*\nM and N blocks in parallel; K blocks last, in order (the accumulator's)", "*UNROLL*\ntrue"]
     assert parameter_fields({"BLOCK_Q": 128, "BLOCK_KV": 256, "BUFFERS": 2})[:2] == [
         "*Block (query x key)*\n128 x 256", "*Buffering*\ndouble-buffered"]
+
+
+def test_the_root_keeps_the_mode_it_started_in_and_names_the_current_one() -> None:
+    handed = session_root(session_id="s1", task="softmax", target="v6e", mode="auto", owner="U1", status="x",
+                          started_mode="hitl")
+    first = handed["blocks"][0]["text"]["text"]
+    assert first.startswith("*HITL session* `s1`") and first.endswith("(now in Auto)")
+    assert handed["text"].startswith("HITL session s1") and "now in Auto" in handed["text"]
+    same = session_root(session_id="s1", task="softmax", target="v6e", mode="search", owner="U1", status="x",
+                        started_mode="search")
+    assert same["blocks"][0]["text"]["text"].startswith("*Search session*") and "now in" not in json.dumps(same)

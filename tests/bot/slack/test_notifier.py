@@ -311,7 +311,7 @@ def test_a_search_thread_counts_its_evaluations_and_ends_with_the_best_kernel(
     assert run_until_settled(engine, settings, sid, kinds=(NODE_JOB,), workers=1) == "done"
     assert notifier(engine, slack, ChannelPacer(per_second=1000.0, burst=1000)).drain(30)
     thread = thread_of(engine, slack, sid)
-    assert "*SEARCH session*" in text_of(thread[0]) and "search finished" in text_of(thread[0])
+    assert "*Search session*" in text_of(thread[0]) and "search finished" in text_of(thread[0])
     progress = next(m for m in thread if keys([m]) == ["progress:search"])
     assert "2/2 evaluations" in text_of(progress)
     summary = thread[-1]

@@ -96,7 +96,7 @@ def test_continuing_with_a_search_starts_one_in_the_same_thread_from_the_best_ke
         record = sessions.get_session(s, session_id=sid)
     search = wait_for("the search session", lambda: _search_in(bot.engine, record.slack_thread_ts))
     root = wait_for("the search's root in the thread", lambda: next(
-        (m for m in bot.thread(sid) if "*SEARCH session*" in text_of(m)), None))
+        (m for m in bot.thread(sid) if "*Search session*" in text_of(m)), None))
     assert root.thread_ts == record.slack_thread_ts  # a reply in the Auto session's thread, not a new thread
     with Session(bot.engine) as s:
         seed = s.exec(select(Candidate).where(Candidate.session_id == search.id)).first()
