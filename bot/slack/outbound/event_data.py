@@ -147,6 +147,14 @@ def _progress(data: SessionData, s: Session) -> Progress:
                     last_error=last_error)
 
 
+def _running_cycle(data: SessionData) -> int | None:
+    """The candidate whose evaluation is under way (the latest work was a kernel written or fixed), if any."""
+    work = [st for st in data.steps if st.kind != "decision" and st.status == "done"]
+    if work and work[-1].kind in ("implement", "debug") and (work[-1].outputs or {}).get("candidate_id") is not None:
+        return int(work[-1].outputs["candidate_id"])
+    return None
+
+
 def _latest_evaluation(data: SessionData, before_step: int) -> Step | None:
     return next((st for st in reversed(data.steps) if st.kind == "evaluate" and st.index <= before_step), None)
 
@@ -190,7 +198,8 @@ def event_view(s: Session, data: SessionData, event: SessionEvent) -> EventView:
     view: dict[str, Any] = {"id": event.id or 0, "kind": event.kind, "payload": payload, "at": event.created_at,
                             "session": _session_view(data)}
     mode = data.record.mode
-    if event.kind in ("step", "progress", "job_done") or (event.kind == "decision" and mode == "auto"):
+    if event.kind in ("step", "progress", "job_done", "search_finished") or (event.kind == "decision"
+                                                                              and mode == "auto"):
         view["progress"] = _progress(data, s)
     if event.kind in ("step", "progress") and payload.get("candidate_id") is not None and mode != "search":
         facts = _kernel_facts(data, int(payload["candidate_id"]))
@@ -207,6 +216,11 @@ def event_view(s: Session, data: SessionData, event: SessionEvent) -> EventView:
         best = payload.get("best_candidate_id")
         candidate = s.get(Candidate, int(best)) if best else None
         view["kernel"] = candidate.code if candidate else None
+    if event.kind == "decision" and payload.get("action") == "cancel" and mode == "hitl":
+        running = _running_cycle(data)  # its progress message loses its Cancel button
+        if running is not None:
+            facts = _kernel_facts(data, running)
+            view.update(version=facts.get("version", 0), anchor=facts.get("anchor"))
     if event.kind == "decision":
         answers = payload.get("answers")
         if f"summary:{answers}" in data.posted and payload.get("action") in ("adopt", "search", "handback", "cancel"):

@@ -56,6 +56,11 @@ class SessionView:
     in_parent_thread: bool = False  # started from another session's thread: its root is a reply there
     started_mode: str = ""  # the mode it started in (a hand-over changes `mode`)
 
+    @property
+    def running(self) -> bool:
+        """Not finished: its running messages keep their Cancel buttons."""
+        return self.status not in ("done", "cancelled", "failed")
+
 
 @dataclass(frozen=True)
 class Card:
@@ -126,12 +131,22 @@ def _auto(event: EventView, doing: str, *, running: bool = True) -> Show:
     p = event.progress
     return Show("auto", blocks.auto_progress(session_id=event.session.id, iteration=max(p.iteration, 1),
                                              max_iterations=event.session.max_iterations, doing=doing,
-                                             evaluations=p.evaluations, best=p.best, running=running))
+                                             evaluations=p.evaluations, best=p.best,
+                                             running=running and event.session.running))
 
 
 def _cycle(event: EventView, *, stage: str = "queued", note: str = "", done: str = "") -> Show:
     title = f"Kernel v{event.version}" if event.version else "Kernel"
-    return Show(f"progress:{event.anchor}", blocks.progress_message(title=title, stage=stage, note=note, done=done))
+    return Show(f"progress:{event.anchor}", blocks.progress_message(title=title, stage=stage, note=note, done=done,
+                                                                    session_id=event.session.id,
+                                                                    running=event.session.running))
+
+
+def _search(event: EventView, *, running: bool = True) -> Show:
+    s, q = event.session, event.progress
+    return Show("progress:search", blocks.search_progress(evaluations=q.evaluations, budget=s.search_budget,
+                                                          best=q.best, duplicates=q.duplicates, session_id=s.id,
+                                                          running=running and s.running))
 
 
 def _kernel_files(event: EventView, candidate: int, what: str) -> list[Op]:
@@ -204,7 +219,7 @@ def ops_for(event: EventView) -> list[Op]:
     if event.kind == "session_started":
         if s.mode == "search":
             return [root(event, f"searching ({p.get('strategy', 'beam')}, {s.search_budget} evaluations)"),
-                    Show("progress:search", blocks.search_progress(evaluations=0, budget=s.search_budget, best=""))]
+                    _search(event)]
         return [root(event, "planning")]
     if event.kind == "task_described":
         return [root(event, "planning")]
@@ -245,11 +260,9 @@ def ops_for(event: EventView) -> list[Op]:
     if event.kind == "decision":
         return _decision_ops(event)
     if event.kind == "job_done" and s.mode == "search":
-        q = event.progress
-        return [Show("progress:search", blocks.search_progress(evaluations=q.evaluations, budget=s.search_budget,
-                                                               best=q.best, duplicates=q.duplicates))]
+        return [_search(event)]
     if event.kind == "search_finished":
-        ops = []
+        ops = [_search(event, running=False)]
         if event.kernel is not None and p.get("best_candidate_id"):
             name = f"best_candidate_{p['best_candidate_id']}.py"
             ops.append(Upload(f"file:{name}", name, event.kernel.encode(), "best kernel"))
@@ -278,5 +291,9 @@ def _decision_ops(event: EventView) -> list[Op]:
         ops.append(_auto(event, "starting"))
     if p.get("action") == "handback":
         ops.append(_auto(event, f"handed back to HITL by {_who(p.get('actor'))}", running=False))
+    if p.get("action") == "cancel" and event.session.mode == "auto":
+        ops.append(_auto(event, f"cancelled by {_who(p.get('actor'))}", running=False))
+    elif p.get("action") == "cancel" and event.anchor is not None:  # a HITL cycle was running
+        ops.append(_cycle(event, done=f"cancelled by {_who(p.get('actor'))}; the runner stops after its current stage"))
     ops.append(root(event, _decision_status(p)))
     return ops

@@ -45,10 +45,23 @@ def fields(values: list[str], heading: str = "") -> Block:
     return block
 
 
-def button(label: str, action: str, value: str, style: str | None = None) -> Block:
+def confirm(*, title: str, question: str, yes: str, no: str, danger: bool = False) -> Block:
+    """The dialog Slack shows before it sends a button's click (within its limits: title 100 characters, question
+    300, answers 30)."""
+    dialog: Block = {"title": text(title[:100]), "text": {"type": "mrkdwn", "text": question[:300]},
+                     "confirm": text(yes[:30]), "deny": text(no[:30])}
+    if danger:
+        dialog["style"] = "danger"
+    return dialog
+
+
+def button(label: str, action: str, value: str, style: str | None = None, *, ask: Block | None = None) -> Block:
+    """A button; with `ask` (a `confirm` dialog) Slack asks before it sends the click."""
     block: Block = {"type": "button", "text": text(label), "action_id": action, "value": value}
     if style:
         block["style"] = style
+    if ask:
+        block["confirm"] = ask
     return block
 
 

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from agents.plan_parameters import plan_parameters, without_parameters
-from bot.slack.views.kit import Block, Payload, actions, button, capped, context, fields, mrkdwn, sections
+from bot.slack.views.kit import Block, Payload, actions, button, capped, confirm, context, fields, mrkdwn, sections
 from bot.speedup import outcome_speedup
 
 STAGES = ("queued", "compiling", "testing", "profiling")
@@ -25,13 +25,23 @@ DECISION_LABELS = {
 }
 
 MODE_NAMES = {"hitl": "HITL", "auto": "Auto", "search": "Search"}  # as people type them
+CANCEL = ("Cancel", "cancel", "danger")
+
+
+def cancel_confirm(session_id: str) -> Block:
+    """What Slack asks before it sends a click on Cancel: the session stops for good."""
+    return confirm(title="Cancel this session?", yes="Cancel session", no="Keep it running", danger=True,
+                   question=f"Cancel session `{session_id}`? The work so far is kept; the runner stops.")
 
 
 def _session_actions(block_id: str, session_id: str, step: int | None,
                      buttons: list[tuple[str, str, str | None]]) -> Block:
-    """Buttons that carry their session and step, so a click answers exactly the step it was shown for."""
+    """Buttons that carry their session and step, so a click answers exactly the step it was shown for; Cancel
+    asks first."""
     value = json.dumps({"session": session_id, "step": step})
-    return actions(block_id, [button(label, action, value, style) for label, action, style in buttons])
+    return actions(block_id, [button(label, action, value, style,
+                                     ask=cancel_confirm(session_id) if action == "cancel" else None)
+                              for label, action, style in buttons])
 
 
 def button_value(raw: str) -> tuple[str, int | None]:
@@ -116,7 +126,7 @@ def plan_message(*, session_id: str, step: int, plan: str, redirect: str | None 
         blocks = sections(f"{heading}\n{mrkdwn(plan)}")
     blocks.append(_session_actions(f"plan-{session_id}-{step}", session_id, step, [
         ("Approve", "approve", "primary"), ("Redirect…", "redirect", None), ("Hand off to Auto", "handoff", None),
-        ("Cancel", "cancel", "danger")]))
+        CANCEL]))
     return {"text": f"Plan for session {session_id}: approve, redirect, hand off or cancel", "blocks": capped(blocks)}
 
 
@@ -168,22 +178,29 @@ def progress_text(stage: str) -> str:
     return " → ".join(f"*{s}*" if s == current else s for s in STAGES)
 
 
-def progress_message(*, title: str, stage: str, note: str = "", done: str = "") -> Payload:
-    """One message per implement-evaluate cycle, edited as the runner moves through the stages."""
+def progress_message(*, title: str, stage: str, note: str = "", done: str = "", session_id: str = "",
+                     running: bool = True) -> Payload:
+    """One message per implement-evaluate cycle, edited as the runner moves through the stages; while the cycle
+    runs (not `done`) it has a Cancel button for the session."""
     line = done or progress_text(stage)
     text = f"{title}: {line}" + (f"\n{note}" if note else "")
-    return {"text": f"{title}: {done or _STAGE_OF.get(stage, stage)}", "blocks": sections(text)}
+    blocks = sections(text)
+    if session_id and running and not done:
+        blocks.append(_session_actions(f"cycle-{session_id}", session_id, None, [CANCEL]))
+    return {"text": f"{title}: {done or _STAGE_OF.get(stage, stage)}", "blocks": blocks}
 
 
 # -- Auto -----------------------------------------------------------------------------------------------------
 def auto_progress(*, session_id: str, iteration: int, max_iterations: int, doing: str, evaluations: int,
                   best: str, running: bool = True) -> Payload:
-    """The one message an Auto run edits as it goes, with a button to take the session back."""
+    """The one message an Auto run edits as it goes, with buttons to take the session back or cancel it while it
+    runs."""
     text = (f"*Auto* iteration {iteration}/{max_iterations}: {doing}\n"
             f"{evaluations} evaluation(s) so far, best {best or 'none yet'}")
     blocks = sections(text)
     if running:
-        blocks.append(_session_actions(f"auto-{session_id}", session_id, None, [("Return to HITL", "handback", None)]))
+        blocks.append(_session_actions(f"auto-{session_id}", session_id, None,
+                                       [("Return to HITL", "handback", None), CANCEL]))
     return {"text": f"Auto iteration {iteration}/{max_iterations}: {doing}", "blocks": blocks}
 
 
@@ -206,10 +223,15 @@ def auto_summary(*, session_id: str, step: int, outcome: dict[str, Any]) -> Payl
 
 
 # -- Search ---------------------------------------------------------------------------------------------------
-def search_progress(*, evaluations: int, budget: int, best: str, duplicates: int = 0) -> Payload:
+def search_progress(*, evaluations: int, budget: int, best: str, duplicates: int = 0, session_id: str = "",
+                    running: bool = True) -> Payload:
+    """The search's one progress message, edited as evaluations come in; a Cancel button while it runs."""
     dup = f", {duplicates} duplicate(s) skipped" if duplicates else ""
     text = f"*Search*: {evaluations}/{budget} evaluations{dup}, best {best or 'none yet'}"
-    return {"text": f"Search: {evaluations}/{budget} evaluations, best {best or 'none yet'}", "blocks": sections(text)}
+    blocks = sections(text)
+    if session_id and running:
+        blocks.append(_session_actions(f"search-{session_id}", session_id, None, [CANCEL]))
+    return {"text": f"Search: {evaluations}/{budget} evaluations, best {best or 'none yet'}", "blocks": blocks}
 
 
 def search_summary(*, outcome: dict[str, Any]) -> Payload:

@@ -12,11 +12,14 @@ from bot.slack.views.home import HomeSession, build_home
 from bot.slack.views.kit import MAX_BLOCKS, SECTION_LIMIT, split_text
 from bot.slack.views.session import (
     answered,
+    auto_progress,
     auto_summary,
     parameter_fields,
     plan_message,
+    progress_message,
     progress_text,
     result_card,
+    search_progress,
     search_summary,
     session_root,
 )
@@ -136,6 +139,40 @@ def test_the_app_home_shows_the_best_kernels_range() -> None:
     assert "best x1.04 estimated" in shown(None) and "likely" not in shown(None)  # a row from before bands
 
 
+def _cancel(payload: dict) -> dict | None:
+    return next((e for b in payload["blocks"] if b["type"] == "actions" for e in b["elements"]
+                 if e["action_id"] == "cancel"), None)
+
+
+def test_every_running_sessions_message_has_a_cancel_button_that_asks_first_and_finished_ones_have_none() -> None:
+    running = {
+        "plan card": plan_message(session_id="s1", step=3, plan="## Analysis\nx"),
+        "cycle": progress_message(title="Kernel v1", stage="compile", session_id="s1"),
+        "auto": auto_progress(session_id="s1", iteration=1, max_iterations=3, doing="planning", evaluations=0,
+                              best=""),
+        "search": search_progress(evaluations=1, budget=4, best="", session_id="s1"),
+    }
+    for name, payload in running.items():
+        cancel = _cancel(payload)
+        assert cancel is not None, name
+        assert cancel["style"] == "danger" and json.loads(cancel["value"])["session"] == "s1"
+        ask = cancel["confirm"]
+        assert ask["text"]["text"] == "Cancel session `s1`? The work so far is kept; the runner stops.", name
+        assert ask["style"] == "danger" and ask["confirm"]["text"] and ask["deny"]["text"]
+        assert len(ask["title"]["text"]) <= 100 and len(ask["confirm"]["text"]) <= 30
+    finished = {
+        "cycle evaluated": progress_message(title="Kernel v1", stage="compile", done="evaluated: ok",
+                                            session_id="s1"),
+        "cycle of a cancelled session": progress_message(title="Kernel v1", stage="compile", session_id="s1",
+                                                         running=False),
+        "auto": auto_progress(session_id="s1", iteration=3, max_iterations=3, doing="finished", evaluations=3,
+                              best="", running=False),
+        "search": search_progress(evaluations=4, budget=4, best="", session_id="s1", running=False),
+    }
+    assert [name for name, payload in finished.items() if _cancel(payload)] == []
+    assert not any(b["type"] == "actions" for p in finished.values() for b in p["blocks"])
+
+
 def _plan(params: dict) -> str:
     return ("## Analysis\nmemory-bound\n\n## Tiling and memory\n32 rows per block.\n"
             f"Parameters: {json.dumps(params, sort_keys=True)}\n\n## Pipelining\noverlapped")
@@ -176,3 +213,29 @@ def test_the_root_keeps_the_mode_it_started_in_and_names_the_current_one() -> No
     same = session_root(session_id="s1", task="softmax", target="v6e", mode="search", owner="U1", status="x",
                         started_mode="search")
     assert same["blocks"][0]["text"]["text"].startswith("*Search session*") and "now in" not in json.dumps(same)
+
+
+def _event(kind: str, payload: dict, *, mode: str = "hitl", status: str = "awaiting", **view: object) -> EventView:
+    session = SessionView(id="s1", mode=mode, status=status, task="softmax", target="v6e", owner="U1",
+                          search_budget=4)
+    return EventView(id=1, kind=kind, payload=payload, at=0.0, session=session, **view)  # type: ignore[arg-type]
+
+
+def _shown(ops: list, key: str) -> dict:
+    return next(op.payload for op in ops if getattr(op, "key", "") == key)
+
+
+def test_running_messages_lose_their_cancel_button_when_the_session_ends() -> None:
+    step = {"kind": "implement", "candidate_id": 7}
+    assert _cancel(_shown(ops_for(_event("step", step, anchor=7, version=1)), "progress:7"))
+    assert not _cancel(_shown(ops_for(_event("step", step, status="cancelled", anchor=7, version=1)), "progress:7"))
+    cancel = {"action": "cancel", "actor": "U1", "answers": 4}
+    cycle = _shown(ops_for(_event("decision", cancel, status="cancelled", anchor=7, version=1)), "progress:7")
+    assert not _cancel(cycle) and "cancelled by <@U1>" in _texts(cycle)[0]
+    assert not [op for op in ops_for(_event("decision", cancel, status="cancelled")) if "progress" in op.key]
+    auto = _shown(ops_for(_event("decision", cancel, mode="auto", status="cancelled")), "auto")
+    assert not any(b["type"] == "actions" for b in auto["blocks"]) and "cancelled by <@U1>" in _texts(auto)[0]
+    assert _cancel(_shown(ops_for(_event("session_started", {}, mode="search", status="active")), "progress:search"))
+    finished = ops_for(_event("search_finished", {"evaluations": 2}, mode="search", status="cancelled",
+                              card=Card("summary", 0, outcome={"improved": False})))
+    assert not any(b["type"] == "actions" for b in _shown(finished, "progress:search")["blocks"])
