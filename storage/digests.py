@@ -1,14 +1,15 @@
-"""What a digest of a period reads, and the digest runs kept for the notifier to post. Functions take the caller's
-session and never commit; a period is [since, until) in UNIX seconds."""
+"""What a digest of a period reads, the digest runs kept for the notifier to post, and where digests go (the
+channels' subscriptions over the settings' default list). Functions take the caller's session and never commit;
+a period is [since, until) in UNIX seconds."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func
 from sqlmodel import Session, col, select
 
-from storage.models import DigestRun, Evaluation, Job, KernelSession, SessionEvent
+from storage.models import DigestRun, DigestSubscription, Evaluation, Job, KernelSession, SessionEvent, now
 
 
 def get_best_evaluations(session: Session, *, since: float, until: float) -> list[tuple[KernelSession, Evaluation]]:
@@ -28,12 +29,14 @@ def get_finished_searches(session: Session, *, since: float, until: float
                              .order_by(col(SessionEvent.id))).all())
 
 
-def get_failed_jobs(session: Session, *, since: float, until: float, limit: int) -> tuple[int, list[Job]]:
-    """(how many jobs failed for good in the period, the latest `limit` of them, newest first)."""
-    period = (Job.status == "failed", col(Job.finished_at) >= since, col(Job.finished_at) < until)
-    count = int(session.exec(select(func.count()).select_from(Job).where(*period)).one())
-    rows = session.exec(select(Job).where(*period).order_by(col(Job.finished_at).desc()).limit(limit)).all()
-    return count, list(rows)
+def get_failed_jobs(session: Session, *, since: float, until: float) -> list[tuple[Job, str | None]]:
+    """(job, its session's channel) for each job that failed for good in the period, newest first (the channel is
+    None for a job of no session, or of a session started from a terminal)."""
+    return [(job, channel) for job, channel in session.exec(
+        select(Job, KernelSession.slack_channel)
+        .outerjoin(KernelSession, col(KernelSession.id) == col(Job.session_id))
+        .where(Job.status == "failed", col(Job.finished_at) >= since, col(Job.finished_at) < until)
+        .order_by(col(Job.finished_at).desc())).all()]
 
 
 def get_failed_sessions(session: Session, *, since: float, until: float) -> list[KernelSession]:
@@ -58,3 +61,30 @@ def get_recent_digest_runs(session: Session, *, channel: str, excluding_prefix: 
     return list(session.exec(select(DigestRun).where(DigestRun.channel == channel,
                                                      col(DigestRun.period).not_like(f"{excluding_prefix}%"))
                              .order_by(col(DigestRun.id).desc()).limit(limit)).all())
+
+
+def get_digest_subscriptions(session: Session) -> list[DigestSubscription]:
+    """Every channel's recorded choice, subscribed or not, oldest change first."""
+    return list(session.exec(select(DigestSubscription).order_by(col(DigestSubscription.changed_at))).all())
+
+
+def get_digest_subscription(session: Session, *, channel: str) -> DigestSubscription | None:
+    return session.get(DigestSubscription, channel)
+
+
+def get_digest_channels(session: Session, *, defaults: Sequence[str]) -> list[str]:
+    """Where digests go: the default channels (the settings' list) that did not unsubscribe, then the channels
+    that subscribed, each once."""
+    choices = {row.channel: row.subscribed for row in get_digest_subscriptions(session)}
+    listed = [c for c in dict.fromkeys(defaults) if choices.get(c, True)]
+    return listed + [c for c, subscribed in choices.items() if subscribed and c not in listed]
+
+
+def set_digest_subscription(session: Session, *, channel: str, subscribed: bool, user: str | None
+                            ) -> DigestSubscription:
+    """Record that `user` subscribed this channel to the digest (or unsubscribed it), replacing its last choice."""
+    row = session.get(DigestSubscription, channel) or DigestSubscription(channel=channel)
+    row.subscribed, row.changed_by, row.changed_at = subscribed, user, now()
+    session.add(row)
+    session.flush()
+    return row

@@ -6,11 +6,18 @@ from __future__ import annotations
 import signal
 import threading
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from bot.cli.common import console, get_settings, run_command
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sqlalchemy import Engine
+
+    from storage.settings import Settings
 
 _app = typer.Typer()
 
@@ -63,6 +70,12 @@ def serve_command(
 
 
 def _leader_services() -> list[Any]:
+    from bot.slack.app import web_client
     from bot.slack.scheduler import start_scheduler
+    from bot.slack.visibility import ChannelDirectory
 
-    return [start_scheduler]
+    def scheduler(settings: Settings, engine: Engine) -> Callable[[], None]:
+        # Each digest shows public channels' sessions besides its own channel's: Slack says which are public.
+        return start_scheduler(settings, engine, visibility=ChannelDirectory(web_client(settings)))
+
+    return [scheduler]

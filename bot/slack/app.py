@@ -14,6 +14,7 @@ from bot.slack import listeners
 from bot.slack.channel_access import ChannelAccess
 from bot.slack.listener_context import BotContext, GroupDirectory
 from bot.slack.steering import SteeringPolicy
+from bot.slack.visibility import ChannelDirectory
 from storage.settings import Settings
 
 RATE_LIMIT_RETRIES = 2  # 429s a listener's call waits out before it gives up
@@ -65,7 +66,8 @@ def build_context(settings: Settings, engine: Engine, client: WebClient, *, suit
     # Tasks pasted into the `/kernel new` form live in the data directory and are tasks like any other.
     return BotContext(settings=settings, engine=engine, suites=[*configured, settings.home / "tasks"],
                       policy=policy,
-                      groups=GroupDirectory(client), channels=ChannelAccess(client), notify=notify or (lambda: None))
+                      groups=GroupDirectory(client), channels=ChannelAccess(client),
+                      visibility=ChannelDirectory(client), notify=notify or (lambda: None))
 
 
 def build_app(settings: Settings, engine: Engine, *, suites: list[Path] | None = None, socket_mode: bool = False,

@@ -20,9 +20,11 @@ from agents.search_decide import SearchConfig
 from bot.slack.listener_context import BotContext
 from bot.slack.schedule_commands import digest_reply, schedule_reply
 from bot.slack.slash import Command, UsageError, help_text
+from bot.slack.views.home import mode_words, status_words
 from bot.slack.views.kit import thread_link
 from bot.slack.views.port_form import port_form
 from bot.slack.views.reference_form import reference_form
+from bot.slack.visibility import audience
 from bot.task_suites import suite_tasks
 from storage import runners, sessions
 from storage.models import KernelSession, now
@@ -30,6 +32,7 @@ from tpu_runner.hardware import get_chip
 from tpu_runner.tasks import load_task
 
 ACTIVE = ("active", "awaiting")
+LOOKED_AT = 200  # the newest sessions a listing picks from: some may be hidden from whoever asks
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,8 @@ Reply = str | OpenView
 
 def session_line(r: KernelSession) -> str:
     link = thread_link(r.slack_channel, r.slack_thread_ts)
-    return f"• `{r.id}` {r.mode} on *{r.task}* ({r.target}): {r.status}" + (f", {link}" if link else "")
+    return (f"• `{r.id}` {mode_words(r.mode)} on *{r.task}* ({r.target}): {status_words(r.status)}"
+            + (f", {link}" if link else ""))
 
 
 class KernelCommands:
@@ -124,25 +128,33 @@ class KernelCommands:
         return "\n".join(f"• {r.name} on {r.host}: {', '.join(r.targets or [])}, {len(r.current_jobs or [])} "
                          f"job(s) running, heard from {t - r.heartbeat_at:.0f} s ago" for r in fleet)
 
-    def do_list(self, command: Command, **_: Any) -> Reply:
+    def _shown(self, rows: list[KernelSession], *, user: str, channel: str, limit: int) -> list[KernelSession]:
+        """The first `limit` sessions this person may see, in an answer that appears in this channel."""
+        shown = audience(self.ctx.visibility, viewer=user, where=channel)
+        return [r for r in rows if shown(r.slack_channel)][:limit]
+
+    def do_list(self, command: Command, *, user: str, channel: str) -> Reply:
         with Session(self.ctx.engine) as s:
-            recent = sessions.get_sessions(s, limit=10)
+            recent = self._shown(sessions.get_sessions(s, limit=LOOKED_AT), user=user, channel=channel, limit=10)
         if not recent:
-            return "No sessions yet: `/kernel new TASK` starts one."
+            return "No sessions to show here yet: `/kernel new TASK` starts one."
         return "Recent sessions:\n" + "\n".join(session_line(r) for r in recent)
 
-    def do_status(self, command: Command, **kwargs: Any) -> Reply:
+    def do_status(self, command: Command, *, user: str, channel: str) -> Reply:
         if "session" in command.args:
-            return self.do_show(command, **kwargs)
+            return self.do_show(command, user=user, channel=channel)
         with Session(self.ctx.engine) as s:
-            active = sessions.get_sessions(s, limit=20, statuses=ACTIVE)
+            active = self._shown(sessions.get_sessions(s, limit=LOOKED_AT, statuses=ACTIVE), user=user,
+                                 channel=channel, limit=20)
         if not active:
-            return "No session is active. `/kernel list` shows recent ones."
+            return "No session is active here. `/kernel list` shows recent ones."
         return "Active sessions:\n" + "\n".join(session_line(r) for r in active)
 
-    def do_show(self, command: Command, **_: Any) -> Reply:
+    def do_show(self, command: Command, *, user: str, channel: str) -> Reply:
         with Session(self.ctx.engine) as s:
             record = sessions.get_session(s, session_id=command.args["session"])
+            if not self._shown([record], user=user, channel=channel, limit=1):
+                raise LookupError(f"no session {record.id}")  # what a session that does not exist answers
             steps = sessions.get_steps(s, session_id=record.id, status=None)
             lines = [session_line(record).removeprefix("• ")]
             for st in list(steps)[-12:]:

@@ -19,6 +19,7 @@ from sqlmodel import Session
 
 from bot.slack.channel_access import ChannelAccess
 from bot.slack.steering import SteeringPolicy, may_steer
+from bot.slack.visibility import ChannelDirectory
 from storage import sessions
 from storage.models import SlackInbox
 from storage.settings import Settings
@@ -61,6 +62,7 @@ class BotContext:
     policy: SteeringPolicy
     groups: GroupDirectory
     channels: ChannelAccess
+    visibility: ChannelDirectory  # who may see which channel's sessions (bot.slack.visibility)
     notify: Callable[[], None] = lambda: None
 
     def first_delivery(self, key: str) -> bool:

@@ -1,6 +1,7 @@
 """`/kernel schedule` (recurring searches, kept as `schedules` rows that every `serve` scheduler reads) and
-`/kernel digest` (the digest so far, or posted now). Each command is a function from its parsed form to the
-ephemeral reply; a mistake gets one line naming the value and what to type instead."""
+`/kernel digest` (where the daily digest goes - KERNELBOT_DIGEST_CHANNELS, with each channel's subscribe or
+unsubscribe kept as a row over it - the digest so far, or posted now). Each command is a function from its parsed
+form to the ephemeral reply; a mistake gets one line naming the value and what to type instead."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ from sqlmodel import Session
 
 from agents.brains import default_brain
 from agents.search_decide import SearchConfig
+from bot.slack.channel_access import NOTHING_STARTED
 from bot.slack.listener_context import BotContext
 from bot.slack.outbound.digest import MANUAL_PREFIX, digest_text, gather_digest, period_start, record_digest
 from bot.slack.scheduler import SEARCH_KIND, CronError, next_fires, parse_cron, shortest_gap
-from bot.slack.slash import Command
+from bot.slack.slash import Command, closest
+from bot.slack.visibility import audience
 from bot.task_suites import suite_tasks
-from storage import schedules
+from storage import digests, schedules
 from storage.models import Schedule, now
 from tpu_runner.hardware import get_chip
 from tpu_runner.tasks import load_task
@@ -132,19 +135,92 @@ def schedule_reply(ctx: BotContext, command: Command, *, user: str, channel: str
             f"{ADD_EXAMPLE} or `/kernel schedule remove ID`.")
 
 
+DIGEST_ACTIONS = ("list", "subscribe", "unsubscribe", "preview", "now")
+DIGEST_HELP = ("`/kernel digest subscribe` sends it to this channel, `/kernel digest unsubscribe` stops it, "
+               "`/kernel digest preview` shows it so far, `/kernel digest now` posts it here.")
+
+
+def _digest_schedule(ctx: BotContext) -> str:
+    """When digests go out: the cron line, its time zone and the next time, or why they do not."""
+    cron, timezone = ctx.settings.digest_cron, ctx.settings.timezone
+    try:
+        fires = next_fires(parse_cron(cron, timezone), datetime.now(UTC), 1)
+    except CronError as exc:
+        return f"no digest goes out: KERNELBOT_DIGEST_CRON {exc}"
+    return f"at `{cron}` ({timezone})" + (f", next {_when(fires[0].timestamp())}" if fires else "")
+
+
+def _digest_where(ctx: BotContext, *, user: str, channel: str) -> str:
+    with Session(ctx.engine) as s:
+        targets = digests.get_digest_channels(s, defaults=ctx.settings.digest_channels)
+        chosen = {row.channel: row for row in digests.get_digest_subscriptions(s)}
+    shown = audience(ctx.visibility, viewer=user, where=channel)  # another private channel's name stays out
+    named = [c for c in targets if shown(c)]
+
+    def why(c: str) -> str:
+        row = chosen.get(c)
+        if row is None:
+            return "KERNELBOT_DIGEST_CHANNELS"
+        return f"subscribed by {f'<@{row.changed_by}>' if row.changed_by else 'someone'} {_when(row.changed_at)}"
+
+    if not targets:
+        return f"No channel gets the daily digest ({_digest_schedule(ctx)}). {DIGEST_HELP}"
+    hidden = len(targets) - len(named)
+    listing = ", ".join(f"<#{c}> ({why(c)})" for c in named)
+    if hidden:
+        listing += f"{' and ' if named else ''}{hidden} private channel(s) you are not in"
+    here = "This channel gets it." if channel in targets else "This channel does not get it."
+    return f"The daily digest goes out {_digest_schedule(ctx)} to {listing}. {here} {DIGEST_HELP}"
+
+
+def _subscribe(ctx: BotContext, *, user: str, channel: str) -> str:
+    with Session(ctx.engine) as s:
+        already = channel in digests.get_digest_channels(s, defaults=ctx.settings.digest_channels)
+    if already:
+        return (f"This channel already gets the daily digest ({_digest_schedule(ctx)}); "
+                "`/kernel digest unsubscribe` stops it.")
+    unreachable = ctx.channels.problem(channel)  # each digest is posted here: refused now, not at 9 a.m.
+    if unreachable:
+        return f"{unreachable.removesuffix(NOTHING_STARTED).strip()} This channel was not subscribed."
+    with Session(ctx.engine) as s, s.begin():
+        digests.set_digest_subscription(s, channel=channel, subscribed=True, user=user)
+    return (f"This channel now gets the daily digest {_digest_schedule(ctx)}: this channel's sessions and public "
+            "channels', never another private channel's. `/kernel digest unsubscribe` stops it.")
+
+
+def _unsubscribe(ctx: BotContext, *, user: str, channel: str) -> str:
+    with Session(ctx.engine) as s:
+        getting = channel in digests.get_digest_channels(s, defaults=ctx.settings.digest_channels)
+    if not getting:
+        return "This channel does not get the daily digest; nothing was changed. `/kernel digest` says where it goes."
+    with Session(ctx.engine) as s, s.begin():
+        digests.set_digest_subscription(s, channel=channel, subscribed=False, user=user)
+    listed = (" KERNELBOT_DIGEST_CHANNELS lists it; this holds over that list." if channel in
+              ctx.settings.digest_channels else "")
+    return f"This channel no longer gets the daily digest.{listed} `/kernel digest subscribe` brings it back."
+
+
 def digest_reply(ctx: BotContext, command: Command, *, user: str, channel: str) -> str:
-    when = (command.args.get("when") or "preview").lower()
+    action = (command.args.get("action") or "list").lower()
+    if action == "list":
+        return _digest_where(ctx, user=user, channel=channel)
+    if action == "subscribe":
+        return _subscribe(ctx, user=user, channel=channel)
+    if action == "unsubscribe":
+        return _unsubscribe(ctx, user=user, channel=channel)
+    shown = audience(ctx.visibility, where=channel)  # what this channel may be shown of others' sessions
     until = now()
-    if when == "preview":
+    if action == "preview":
         with Session(ctx.engine) as s:
-            payload = gather_digest(s, since=period_start(s, channel=channel, until=until), until=until)
+            since = period_start(s, channel=channel, until=until)
+            payload = gather_digest(s, since=since, until=until, shown=shown)
         return f"{digest_text(payload)}\n\n_A preview: nothing was posted. `/kernel digest now` posts it here._"
-    if when == "now":
+    if action == "now":
         with Session(ctx.engine) as s:
             since = period_start(s, channel=channel, until=until)
         period = MANUAL_PREFIX + datetime.fromtimestamp(until, UTC).isoformat(timespec="seconds")
-        if not record_digest(ctx.engine, channel=channel, period=period, since=since, until=until):
+        if not record_digest(ctx.engine, channel=channel, period=period, since=since, until=until, shown=shown):
             return f"A digest for this channel was recorded this very second (`{period}`); it is on its way."
         ctx.notify()
         return f"The digest since {_when(since)} is being posted in this channel (`{period}`)."
-    return f"`digest {when}` is not a digest command: `/kernel digest preview` shows it, `/kernel digest now` posts it."
+    return f"`digest {action}` is not a digest command.{closest(action, list(DIGEST_ACTIONS))} {DIGEST_HELP}"

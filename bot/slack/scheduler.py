@@ -1,6 +1,7 @@
-"""The scheduler of `kernelbot serve`: the daily digest of each digest channel, and the recurring searches people
-scheduled with `/kernel schedule add` (rows of `schedules`, re-read every few seconds, so a schedule any `serve`
-process added or removed is picked up).
+"""The scheduler of `kernelbot serve`: the daily digest of each digest channel (KERNELBOT_DIGEST_CHANNELS with the
+channels' subscriptions over them, read at each digest time, so a `/kernel digest subscribe` needs no restart),
+and the recurring searches people scheduled with `/kernel schedule add` (rows of `schedules`, re-read every few
+seconds, so a schedule any `serve` process added or removed is picked up).
 
 Only the leader runs it, but nothing here relies on that: every fire is keyed by its *scheduled* time, computed
 from the cron trigger (never from "now"), so two processes firing the same moment do the same thing once -
@@ -30,7 +31,8 @@ from agents.commands import recover_stranded
 from agents.search import start_search
 from agents.search_decide import SearchConfig
 from bot.slack.outbound.digest import last_scheduled_end, period_start, record_digest
-from storage import schedules
+from bot.slack.visibility import ChannelDirectory, audience
+from storage import digests, schedules
 from storage.settings import Settings
 from tpu_runner.tasks import load_task
 
@@ -180,25 +182,29 @@ def period_key(fire: datetime) -> str:
 
 
 # -- one fire ---------------------------------------------------------------------------------------------------
-def fire_digest(engine: Engine, *, channel: str, fire: datetime) -> bool:
-    """Record the digest the fire at `fire` closes (pending, for the notifier); False if it is recorded already."""
+def fire_digest(engine: Engine, *, channel: str, fire: datetime, visibility: ChannelDirectory | None = None) -> bool:
+    """Record the digest the fire at `fire` closes (pending, for the notifier); False if it is recorded already.
+    It shows the sessions `channel` may be shown, as `visibility` tells (without it: only its own and a
+    terminal's)."""
     until = fire.timestamp()
     with Session(engine) as s:
         since = period_start(s, channel=channel, until=until)
-    recorded = record_digest(engine, channel=channel, period=period_key(fire), since=since, until=until)
+    recorded = record_digest(engine, channel=channel, period=period_key(fire), since=since, until=until,
+                             shown=audience(visibility, where=channel))
     if recorded:
         log.info("scheduler: recorded the digest of %s for %s", channel, period_key(fire))
     return recorded
 
 
-def record_due_digests(engine: Engine, *, channel: str, trigger: CronTrigger, now: datetime) -> list[str]:
+def record_due_digests(engine: Engine, *, channel: str, trigger: CronTrigger, now: datetime,
+                       visibility: ChannelDirectory | None = None) -> list[str]:
     """Record every period of the channel due by `now` and not recorded yet; returns the periods this call
     recorded. Each fire does this rather than record only the latest scheduled time: a fire that runs late
     (a busy host) stands for every period it overtook, and a new leader for those a dead one left."""
     with Session(engine) as s:
         last_end = last_scheduled_end(s, channel=channel)
     return [period_key(fire) for fire in due_fires(trigger, now=now, last_end=last_end)
-            if fire_digest(engine, channel=channel, fire=fire)]
+            if fire_digest(engine, channel=channel, fire=fire, visibility=visibility)]
 
 
 def fire_schedule(engine: Engine, *, schedule_id: int, fire_at: float) -> str | None:
@@ -228,6 +234,7 @@ class KernelScheduler:
     settings: Settings
     engine: Engine
     sync_seconds: float = SYNC_SECONDS
+    visibility: ChannelDirectory | None = None  # what digests may show of other channels (None: nothing)
     scheduler: BackgroundScheduler = field(init=False)
     _known: dict[int, tuple[str, str]] = field(default_factory=dict)  # schedule id -> (cron, timezone) scheduled
     _broken: set[tuple[int, str, str]] = field(default_factory=set)  # rows whose cron was refused (logged once)
@@ -266,25 +273,33 @@ class KernelScheduler:
 
     # -- digests ----------------------------------------------------------------------------------------------------
     def _add_digests(self) -> None:
-        if not self.settings.digest_channels:
-            return
         try:
             trigger = parse_cron(self.settings.digest_cron, self.settings.timezone)
         except CronError as exc:
             log.error("scheduler: KERNELBOT_DIGEST_CRON %s; no digest will be posted until it is fixed", exc)
             return
-        for channel in self.settings.digest_channels:
-            self._record_due_digests(channel, trigger)  # what a dead leader left unrecorded
-            self.scheduler.add_job(self._record_due_digests, trigger, args=(channel, trigger), id=f"digest:{channel}",
-                                   replace_existing=True)
-        log.info("scheduler: digests for %s at `%s` (%s)", ", ".join(self.settings.digest_channels),
-                 self.settings.digest_cron, self.settings.timezone)
+        self._record_due_digests(trigger)  # what a dead leader left unrecorded
+        self.scheduler.add_job(self._record_due_digests, trigger, args=(trigger,), id="digests", replace_existing=True)
+        log.info("scheduler: digests at `%s` (%s) for the subscribed channels, now %s", self.settings.digest_cron,
+                 self.settings.timezone, ", ".join(self.digest_channels()) or "none")
 
-    def _record_due_digests(self, channel: str, trigger: CronTrigger) -> None:
+    def digest_channels(self) -> list[str]:
+        """Where digests go now: KERNELBOT_DIGEST_CHANNELS with the channels' subscriptions over them."""
+        with Session(self.engine) as s:
+            return digests.get_digest_channels(s, defaults=self.settings.digest_channels)
+
+    def _record_due_digests(self, trigger: CronTrigger) -> None:
         try:
-            record_due_digests(self.engine, channel=channel, trigger=trigger, now=datetime.now(UTC))
+            channels = self.digest_channels()
         except Exception:  # noqa: BLE001 - a database hiccup must not end the scheduler; the next fire catches up
-            log.exception("scheduler: could not record the digests of %s", channel)
+            log.exception("scheduler: could not read where digests go")
+            return
+        for channel in channels:
+            try:
+                record_due_digests(self.engine, channel=channel, trigger=trigger, now=datetime.now(UTC),
+                                   visibility=self.visibility)
+            except Exception:  # noqa: BLE001 - one channel's failure must not keep the others' digests
+                log.exception("scheduler: could not record the digests of %s", channel)
 
     # -- recurring searches -----------------------------------------------------------------------------------------
     def sync(self) -> None:
@@ -332,8 +347,10 @@ class KernelScheduler:
                           schedule_id)
 
 
-def start_scheduler(settings: Settings, engine: Engine) -> Callable[[], None]:
-    """Start the digests and the recurring searches in the background; returns the function that stops them."""
-    scheduler = KernelScheduler(settings, engine)
+def start_scheduler(settings: Settings, engine: Engine, *, visibility: ChannelDirectory | None = None
+                    ) -> Callable[[], None]:
+    """Start the digests and the recurring searches in the background; returns the function that stops them.
+    `visibility` lets each channel's digest show public channels' sessions besides its own."""
+    scheduler = KernelScheduler(settings, engine, visibility=visibility)
     scheduler.start()
     return scheduler.stop

@@ -44,7 +44,9 @@ COMMANDS: dict[str, Spec] = {
     "schedule": Spec('schedule [list] | add TASK "CRON" [--strategy S] [--budget N] [--target T] [--brain B] | '
                      "remove ID", "recurring autonomous searches", ("action", "task", "cron"), 0,
                      {**_COMMON, "--strategy": "strategy", "--budget": "int"}),
-    "digest": Spec("digest [preview|now]", "the digest so far (preview), or post it here now", ("when",)),
+    "digest": Spec("digest [list] | subscribe | unsubscribe | preview | now", "where the daily digest goes; "
+                   "subscribe or unsubscribe this channel; the digest so far (preview), or post it here now",
+                   ("action",)),
 }
 _CHOICES = {"target": tuple(CHIPS), "brain": ("offline", "anthropic"), "strategy": SEARCH_STRATEGIES}
 
@@ -60,7 +62,8 @@ class Command:
     options: dict[str, str | int]
 
 
-def _closest(word: str, choices: list[str]) -> str:
+def closest(word: str, choices: list[str]) -> str:
+    """' Did you mean `X`?' for the choice nearest a mistyped word, or ''."""
     near = difflib.get_close_matches(word, choices, n=1, cutoff=0.5)
     return f" Did you mean `{near[0]}`?" if near else ""
 
@@ -84,7 +87,7 @@ def parse(text: str) -> Command:
     name, rest = words[0].lower(), words[1:]
     spec = COMMANDS.get(name)
     if spec is None:
-        raise UsageError(f"`{name}` is not a /kernel command.{_closest(name, list(COMMANDS))} "
+        raise UsageError(f"`{name}` is not a /kernel command.{closest(name, list(COMMANDS))} "
                          "`/kernel help` lists them.")
     positional: list[str] = []
     options: dict[str, str | int] = {}
@@ -94,7 +97,7 @@ def parse(text: str) -> Command:
         if word.startswith("--"):
             option = word.split("=", 1)[0]
             if option not in spec.options:
-                raise UsageError(f"`{name}` has no option `{option}`.{_closest(option, list(spec.options))} "
+                raise UsageError(f"`{name}` has no option `{option}`.{closest(option, list(spec.options))} "
                                  f"Usage: `/kernel {spec.usage}`")
             value = word.split("=", 1)[1] if "=" in word else (rest[i + 1] if i + 1 < len(rest) else None)
             if value is None:
@@ -122,5 +125,5 @@ def _value(option: str, kind: str, value: str, spec: Spec) -> str | int:
     choices = _CHOICES.get(kind)
     if choices and value not in choices:
         raise UsageError(f"`{option}` must be one of {', '.join(choices)}, not `{value}`."
-                         f"{_closest(value, list(choices))}")
+                         f"{closest(value, list(choices))}")
     return value

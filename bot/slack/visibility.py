@@ -6,7 +6,8 @@ was started from, and
   public;
 - an answer that appears in a channel (a listing, a digest) shows a session only when that channel is the
   session's own or the session's channel is public: a digest posted in C never shows another private channel's
-  sessions;
+  sessions. Whoever reads it there is in that channel (a command's asker typed there), so such an answer is
+  fit for all of them however it is delivered;
 - what Slack cannot tell is taken as private: hide rather than show.
 
 `ChannelDirectory` asks Slack what the rule needs (conversations.info for whether a channel is private,
@@ -43,16 +44,15 @@ class ChannelFacts:
 
 
 def visible(channel: str | None, facts: ChannelFacts | None, *, viewer: str | None, where: str | None) -> bool:
-    """May a session of `channel` be shown to `viewer` (None: whoever is in `where`) in `where` (None: a place of
-    the viewer's own, the App Home)? `facts` are Slack's about `channel`, None when Slack could not say."""
+    """May a session of `channel` be shown in `where` (the conversation an answer appears in), or with `where`
+    None in a place of `viewer`'s own (the App Home)? `facts` are Slack's about `channel`, None when Slack could
+    not say."""
     if channel is None:
         return True  # started from a terminal: public
     public = facts is not None and not facts.private
-    if where is not None and channel != where and not public:
-        return False  # another conversation's private session never shows in this one
-    if viewer is not None and not public:
-        return facts is not None and facts.members is not None and viewer in facts.members
-    return True
+    if where is not None:
+        return channel == where or public  # another conversation's private session never shows in this one
+    return public or (viewer is not None and facts is not None and viewer in (facts.members or ()))
 
 
 def facts_of(info: Mapping[str, Any], members: frozenset[str] | None) -> ChannelFacts:

@@ -1,28 +1,34 @@
-"""The App Home tab, published each time someone opens it."""
+"""The App Home tab, published each time someone opens it, with the sessions this person may see; and the clicks
+of its link buttons, which Slack sends although the button only opens a URL (acked, nothing to do)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from slack_bolt import App
+from slack_bolt import Ack, App
 from slack_sdk import WebClient
 from sqlmodel import Session
 
 from agents.auto_decide import StepRecord
 from agents.hitl import waiting_for
 from bot.slack.listener_context import BotContext
-from bot.slack.views.home import HomeSession, build_home
+from bot.slack.views.home import OPEN_THREAD, OPEN_WAITING, HomeSession, build_home
+from bot.slack.visibility import audience
 from bot.speedup import evaluation_speedup
 from storage import sessions
 from storage.models import KernelSession
 
 RECENT = 15
+LOOKED_AT = 200  # the newest sessions the Home picks its recent ones from: some may be hidden from this person
+LINK_BUTTONS = re.compile(f"^({OPEN_THREAD}|{OPEN_WAITING}):")
 
 
 def home_sessions(ctx: BotContext, user: str) -> tuple[list[HomeSession], list[HomeSession]]:
-    """(recent sessions, sessions waiting for a decision this person may take)."""
+    """(recent sessions, sessions waiting for a decision this person may take), of those this person may see."""
+    shown = audience(ctx.visibility, viewer=user)
     with Session(ctx.engine) as s:
-        rows = sessions.get_sessions(s, limit=RECENT)
+        rows = [r for r in sessions.get_sessions(s, limit=LOOKED_AT) if shown(r.slack_channel)][:RECENT]
         awaiting = sessions.get_awaiting_sessions(s, mode="hitl", limit=50)
         best_ids = [r.best_candidate_id for r in rows if r.best_candidate_id]
         best = {e.candidate_id: e for e in sessions.get_evaluations(s, candidate_ids=best_ids)}
@@ -34,7 +40,7 @@ def home_sessions(ctx: BotContext, user: str) -> tuple[list[HomeSession], list[H
 
         pending = []
         for r in awaiting:
-            if not ctx.may_steer(user=user, owner=r.owner)[0]:
+            if not ctx.may_steer(user=user, owner=r.owner)[0] or not shown(r.slack_channel):
                 continue
             steps = [StepRecord(st.kind, dict(st.outputs or {})) for st in sessions.get_steps(s, session_id=r.id)]
             waits = waiting_for(steps)
@@ -51,3 +57,7 @@ def register(app: App, ctx: BotContext) -> None:
         user = str(event.get("user", ""))
         recent, pending = home_sessions(ctx, user)
         client.views_publish(user_id=user, view=build_home(user=user, recent=recent, pending=pending))
+
+    @app.action(LINK_BUTTONS)
+    def handle_link_button(ack: Ack) -> None:
+        ack()

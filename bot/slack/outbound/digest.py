@@ -1,6 +1,7 @@
 """The digest of a period: what the agents found, what waits for people, what broke and how the fleet is.
 
-`gather_digest` reads the database into a JSON-able payload; `record_digest` keeps it as a pending DigestRun
+`gather_digest` reads the database into a JSON-able payload, with only the sessions the digest's channel may be
+shown (its own, public channels', a terminal's: `bot.slack.visibility`); `record_digest` keeps it as a pending DigestRun
 (unique per channel and period, so a digest is recorded once however many processes try); the notifier posts
 it with `digest_ops`: the message from `build_digest` (pure, within Slack's limits) and, when there is
 something to draw, the chart from `digest_chart`.
@@ -20,6 +21,7 @@ from agents.auto_decide import StepRecord
 from agents.hitl import waiting_for
 from bot.slack.outbound.thread_ops import Op, Payload, Show, Upload
 from bot.slack.views.kit import MAX_BLOCKS, context, header, sections, thread_link
+from bot.slack.visibility import Audience
 from bot.speedup import no_clear_gain, speedup_text, stored_band
 from storage import digests, queue, runners, sessions
 from storage.models import DigestRun, Evaluation, KernelSession
@@ -40,11 +42,13 @@ def _where(r: KernelSession) -> dict[str, Any]:
             "channel": r.slack_channel, "thread_ts": r.slack_thread_ts}
 
 
-def _new_bests(s: Session, since: float, until: float) -> list[dict[str, Any]]:
+def _new_bests(s: Session, since: float, until: float, shown: Audience) -> list[dict[str, Any]]:
     """Sessions whose best kernel was measured (or estimated) in the period, fastest first."""
     rows = digests.get_best_evaluations(s, since=since, until=until)
     best: dict[str, tuple[KernelSession, Evaluation]] = {}
     for record, evaluation in rows:
+        if not shown(record.slack_channel):
+            continue
         kept = best.get(record.id)
         if kept is None or (evaluation.speedup or 0.0) > (kept[1].speedup or 0.0):
             best[record.id] = (record, evaluation)
@@ -53,16 +57,16 @@ def _new_bests(s: Session, since: float, until: float) -> list[dict[str, Any]]:
     return sorted(items, key=lambda item: (-(item["speedup"] or 0.0), item["task"]))
 
 
-def _searches(s: Session, since: float, until: float) -> list[dict[str, Any]]:
-    rows = digests.get_finished_searches(s, since=since, until=until)
+def _searches(s: Session, since: float, until: float, shown: Audience) -> list[dict[str, Any]]:
+    rows = [(e, r) for e, r in digests.get_finished_searches(s, since=since, until=until) if shown(r.slack_channel)]
     return [{**_where(r), "evaluations": int((e.payload or {}).get("evaluations") or 0),
              "best_speedup": (e.payload or {}).get("best_speedup"), "best_method": (e.payload or {}).get("best_method"),
              "best_band": (e.payload or {}).get("best_band"), "reason": (e.payload or {}).get("reason"),
              "at": e.created_at} for e, r in rows]
 
 
-def _awaiting(s: Session) -> tuple[int, list[dict[str, Any]]]:
-    rows = sessions.get_awaiting_sessions(s)
+def _awaiting(s: Session, shown: Audience) -> tuple[int, list[dict[str, Any]]]:
+    rows = [r for r in sessions.get_awaiting_sessions(s) if shown(r.slack_channel)]
     items = []
     for r in rows[:STORED_ITEMS]:
         waits = None
@@ -73,14 +77,17 @@ def _awaiting(s: Session) -> tuple[int, list[dict[str, Any]]]:
     return len(rows), items
 
 
-def _failed_jobs(s: Session, since: float, until: float) -> tuple[int, list[dict[str, Any]]]:
-    count, rows = digests.get_failed_jobs(s, since=since, until=until, limit=STORED_ITEMS)
-    return count, [{"job": j.id, "kind": j.kind, "session": j.session_id, "attempts": j.attempts,
-                    "reason": (j.last_error or "no reason recorded")[:1000], "at": j.finished_at} for j in rows]
+def _failed_jobs(s: Session, since: float, until: float, shown: Audience) -> tuple[int, list[dict[str, Any]]]:
+    """(how many jobs failed for good in the period, the latest of them), a session's job only where its session
+    may be shown."""
+    rows = [job for job, channel in digests.get_failed_jobs(s, since=since, until=until) if shown(channel)]
+    return len(rows), [{"job": j.id, "kind": j.kind, "session": j.session_id, "attempts": j.attempts,
+                        "reason": (j.last_error or "no reason recorded")[:1000], "at": j.finished_at}
+                       for j in rows[:STORED_ITEMS]]
 
 
-def _failed_sessions(s: Session, since: float, until: float) -> list[dict[str, Any]]:
-    rows = digests.get_failed_sessions(s, since=since, until=until)
+def _failed_sessions(s: Session, since: float, until: float, shown: Audience) -> list[dict[str, Any]]:
+    rows = [r for r in digests.get_failed_sessions(s, since=since, until=until) if shown(r.slack_channel)]
     return [{**_where(r), "at": r.updated_at} for r in rows]
 
 
@@ -97,18 +104,19 @@ def _listed(items: list[dict[str, Any]], count: int | None = None) -> dict[str, 
     return {"count": len(items) if count is None else count, "items": items[:STORED_ITEMS]}
 
 
-def gather_digest(s: Session, *, since: float, until: float) -> dict[str, Any]:
+def gather_digest(s: Session, *, since: float, until: float, shown: Audience) -> dict[str, Any]:
     """What happened in [since, until): new best kernels, finished searches, failures; and as of `until`: the
-    sessions waiting for someone, the runner fleet and the queue. JSON-able; reads only."""
-    failed_count, failed = _failed_jobs(s, since, until)
-    awaiting_count, awaiting = _awaiting(s)
+    sessions waiting for someone, the runner fleet and the queue. Of the sessions (and their jobs), only those
+    whose channel passes `shown`: the digest's channel's audience. JSON-able; reads only (and asks `shown`)."""
+    failed_count, failed = _failed_jobs(s, since, until, shown)
+    awaiting_count, awaiting = _awaiting(s, shown)
     return {
         "since": since, "until": until,
-        "new_bests": _listed(_new_bests(s, since, until)),
-        "searches": _listed(_searches(s, since, until)),
+        "new_bests": _listed(_new_bests(s, since, until, shown)),
+        "searches": _listed(_searches(s, since, until, shown)),
         "awaiting": _listed(awaiting, awaiting_count),
         "failed_jobs": _listed(failed, failed_count),
-        "failed_sessions": _listed(_failed_sessions(s, since, until)),
+        "failed_sessions": _listed(_failed_sessions(s, since, until, shown)),
         "fleet": _fleet(s, until),
     }
 
@@ -131,12 +139,15 @@ def last_scheduled_end(s: Session, *, channel: str) -> float | None:
     return max(_scheduled_ends(s, channel=channel), default=None)
 
 
-def record_digest(engine: Engine, *, channel: str, period: str, since: float, until: float) -> bool:
-    """Gather the period's digest and keep it as a pending DigestRun for the notifier to post. False when this
-    (channel, period) was recorded already - by this process or another (the unique constraint decides)."""
+def record_digest(engine: Engine, *, channel: str, period: str, since: float, until: float,
+                  shown: Audience) -> bool:
+    """Gather the period's digest for `channel` (of the sessions `shown` lets through) and keep it as a pending
+    DigestRun for the notifier to post. False when this (channel, period) was recorded already - by this process
+    or another (the unique constraint decides)."""
+    with Session(engine) as s:  # read first: `shown` may ask Slack, which no write transaction should wait on
+        payload = gather_digest(s, since=since, until=until, shown=shown)
     try:
         with Session(engine) as s, s.begin():
-            payload = gather_digest(s, since=since, until=until)
             digests.add_digest_run(s, channel=channel, period=period, payload=payload)
     except IntegrityError:
         return False

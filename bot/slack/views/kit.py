@@ -161,8 +161,14 @@ def unfenced(code: str) -> str:
     return code + "\n" if code.strip() else ""
 
 
-def thread_link(channel: str | None, ts: str | None) -> str:
-    """A link to a thread that Slack resolves in any workspace the reader is in."""
+def thread_url(channel: str | None, ts: str | None) -> str:
+    """The URL of a thread that Slack resolves in any workspace the reader is in ("" without a thread)."""
     if not channel or not ts:
         return ""
-    return f"<https://slack.com/archives/{channel}/p{ts.replace('.', '')}|thread>"
+    return f"https://slack.com/archives/{channel}/p{ts.replace('.', '')}"
+
+
+def thread_link(channel: str | None, ts: str | None) -> str:
+    """A mrkdwn link to a thread ("" without a thread)."""
+    url = thread_url(channel, ts)
+    return f"<{url}|thread>" if url else ""

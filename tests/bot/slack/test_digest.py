@@ -43,6 +43,11 @@ from tests.support.slack_http import SECRET, command, served
 HOUR = 3600.0
 
 
+def everywhere(channel: str | None) -> bool:
+    """A digest's audience that lets every session through (what the gathering tests read)."""
+    return True
+
+
 @pytest.fixture
 def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
     for url in fresh_database_url("sqlite", tmp_path):
@@ -122,7 +127,7 @@ def test_the_digest_gathers_the_periods_kernels_searches_waits_failures_and_flee
     until = now()
     seed(sqlite_engine, until)
     with Session(sqlite_engine) as s:
-        payload = gather_digest(s, since=until - HOUR, until=until)
+        payload = gather_digest(s, since=until - HOUR, until=until, shown=everywhere)
     assert json.loads(json.dumps(payload)) == payload  # JSON-able as stored
     bests = payload["new_bests"]
     assert bests["count"] == 2
@@ -154,12 +159,29 @@ def test_the_digest_gathers_the_periods_kernels_searches_waits_failures_and_flee
     assert "1 silent for over 120 s: tpu-b on host-b (500 s)" in text and "2 waiting, 1 running" in text
 
 
+def test_the_digest_leaves_out_what_its_audience_may_not_see_and_counts_only_the_rest(sqlite_engine: Engine) -> None:
+    until = now()
+    seed(sqlite_engine, until)
+    with Session(sqlite_engine) as s, s.begin():  # a session of a terminal, and its failed job
+        _session(s, "term1", mode="auto", task="gelu", owner="U5", status="failed", at=until - 300).slack_channel = None
+        s.add(Job(kind="auto_session", status="failed", session_id="term1", finished_at=until - 300,
+                  last_error="terminal failure"))
+    with Session(sqlite_engine) as s:
+        payload = gather_digest(s, since=until - HOUR, until=until, shown=lambda channel: channel != "C1")
+    for key in ("new_bests", "searches", "awaiting"):
+        assert payload[key] == {"count": 0, "items": []}, key
+    assert [i["session"] for i in payload["failed_sessions"]["items"]] == ["term1"]
+    jobs = payload["failed_jobs"]  # search1's job stays out with its session; a terminal's job shows
+    assert jobs["count"] == 1 and [i["session"] for i in jobs["items"]] == ["term1"]
+    assert "scoped VMEM OOM" not in json.dumps(payload) and payload["fleet"]["queued"] == 2
+
+
 def test_a_quiet_period_says_so_and_warns_when_work_waits_for_no_runner(sqlite_engine: Engine) -> None:
     until = now()
     with Session(sqlite_engine) as s, s.begin():
         s.add(Job(kind="search_node", status="queued"))
     with Session(sqlite_engine) as s:
-        payload = gather_digest(s, since=until - HOUR, until=until)
+        payload = gather_digest(s, since=until - HOUR, until=until, shown=everywhere)
     text = json.dumps(build_digest(payload)["blocks"])
     assert "A quiet period" in text and "Nothing will run until a runner starts" in text
     assert digest_chart(payload) is None
@@ -227,7 +249,7 @@ def test_an_estimates_likely_range_is_in_the_digest_and_a_range_holding_1_is_no_
         s.add(SessionEvent(session_id="search2", kind="search_finished", created_at=inside, payload={
             "evaluations": 5, "best_speedup": 1.04, "best_method": "estimated", "best_band": [0.9, 1.2]}))
     with Session(sqlite_engine) as s:
-        payload = gather_digest(s, since=until - HOUR, until=until)
+        payload = gather_digest(s, since=until - HOUR, until=until, shown=everywhere)
     assert [i["band"] for i in payload["new_bests"]["items"]] == [[1.6, 2.5], [0.9, 1.2]]  # ranked by the estimate
     new_bests, searches = digest_sections(payload)[:2]
     assert "*gelu* (v6e) x2.00 estimated, likely x1.60-x2.50;" in new_bests
@@ -241,15 +263,15 @@ def test_an_estimates_likely_range_is_in_the_digest_and_a_range_holding_1_is_no_
 def test_a_period_is_recorded_once_even_when_two_processes_race(any_engine: Engine) -> None:
     until = now()
     assert record_digest(any_engine, channel="C9", period="2026-11-30T09:00:00+00:00", since=until - HOUR,
-                         until=until)
+                         until=until, shown=everywhere)
     assert not record_digest(any_engine, channel="C9", period="2026-11-30T09:00:00+00:00", since=until - HOUR,
-                             until=until)
+                             until=until, shown=everywhere)
     barrier, results = threading.Barrier(4), []
 
     def racer() -> None:
         barrier.wait()
         results.append(record_digest(any_engine, channel="C9", period="2026-12-01T09:00:00+00:00",
-                                     since=until, until=until + HOUR))
+                                     since=until, until=until + HOUR, shown=everywhere))
 
     threads = [threading.Thread(target=racer) for _ in range(4)]
     for t in threads:
@@ -264,7 +286,7 @@ def test_a_period_is_recorded_once_even_when_two_processes_race(any_engine: Engi
         assert rows[0].payload["until"] == until and rows[1].payload["since"] == until
     # The next period starts where the last scheduled one ended; a manual digest does not move it.
     assert record_digest(any_engine, channel="C9", period="manual-2026-12-01T12:00:00+00:00",
-                         since=until, until=until + 2 * HOUR)
+                         since=until, until=until + 2 * HOUR, shown=everywhere)
     with Session(any_engine) as s:
         assert period_start(s, channel="C9", until=until + 3 * HOUR) == until + HOUR
         assert period_start(s, channel="C8", until=until) == until - 24 * HOUR
@@ -296,8 +318,9 @@ def test_digest_preview_and_now_through_the_slack_app_and_the_notifier(tmp_path:
                 preview = body["text"]
                 assert "*New best kernels (3)*" in preview and "x1.80 measured" in preview  # the last 24 h
                 assert "waits for <@U3> to approve the plan" in preview and "nothing was posted" in preview
-                plain = command(url, "digest", fake=fake)[1]["text"]  # preview is the default
-                assert "*New best kernels (3)*" in plain and "nothing was posted" in plain
+                plain = command(url, "digest", fake=fake)[1]["text"]  # where digests go, with what to type
+                assert plain.startswith("No channel gets the daily digest (at `0 9 * * *` (UTC), next ")
+                assert "`/kernel digest subscribe` sends it to this channel" in plain
                 with Session(engine) as s:
                     assert s.exec(select(DigestRun)).all() == []
 

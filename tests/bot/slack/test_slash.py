@@ -16,7 +16,8 @@ def test_commands_parse_with_their_arguments_and_options() -> None:
     assert parse("AUTO softmax --brain offline").options == {"brain": "offline"}
     assert parse("schedule add softmax '0 2 * * *'").args == {"action": "add", "task": "softmax",
                                                               "cron": "0 2 * * *"}
-    assert parse("digest preview").args == {"when": "preview"}
+    assert parse("digest preview").args == {"action": "preview"}
+    assert parse("digest subscribe").args == {"action": "subscribe"} and parse("digest").args == {}
 
 
 @pytest.mark.parametrize("text, message", [
