@@ -3,8 +3,9 @@
 It keeps channels, messages with real-looking `ts`, threads, edits, metadata, ephemeral messages, views and
 files (the bot's uploads, and people's: `add_upload`, then `files.info` and a private download URL served only with
 the bot token), and enforces what a bot must respect: the bot token, a per-channel posting rate (a burst, then
-HTTP 429 with Retry-After), block limits (`invalid_blocks`, `msg_blocks_too_long`), edits of the bot's own
-messages only, and an outage switch (HTTP 503). Tests read the state directly.
+HTTP 429 with Retry-After), block limits (`invalid_blocks`, `msg_blocks_too_long`; an image block must show a
+file whose upload was completed, shared or not), edits of the bot's own messages only, and an outage switch
+(HTTP 503). Tests read the state directly.
 
 Channels a test declares (`add_channel`) have members and may be private, as in Slack: the bot cannot post where
 it is not a member (`not_in_channel`; a private channel it is not in does not exist for it, `channel_not_found`),
@@ -78,6 +79,7 @@ class FakeSlack:
     rate_limited: int = 0  # 429s answered
     usergroups: dict[str, list[str]] = field(default_factory=dict)  # group id -> member user ids
     archived: set[str] = field(default_factory=set)  # channels that refuse posts (is_archived)
+    processing: bool = False  # uploads not processed yet: files.info has no mimetype, image blocks refuse them
     channels: dict[str, Channel] = field(default_factory=dict)  # declared channels (`add_channel`)
     responses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # response_url id -> bodies posted
     throttle: dict[str, int] = field(default_factory=dict)  # method -> how many of its next calls get a 429
@@ -214,17 +216,28 @@ class FakeSlack:
         stamps.append(now)
         return 0.0
 
-    @staticmethod
-    def _check_blocks(blocks: list[dict[str, Any]]) -> str | None:
+    def _check_blocks(self, blocks: list[dict[str, Any]]) -> str | None:
         if len(blocks) > MAX_BLOCKS:
             return "invalid_blocks"
         total = 0
         for block in blocks:
+            if block.get("type") == "image" and not self._image_ok(block):
+                return "invalid_blocks"
             text = (block.get("text") or {}).get("text", "") if block.get("type") == "section" else ""
             if len(text) > SECTION_LIMIT:
                 return "invalid_blocks"
             total += len(json.dumps(block))
         return "msg_blocks_too_long" if total > BLOCKS_TEXT_LIMIT * 2 else None
+
+    def _image_ok(self, block: dict[str, Any]) -> bool:
+        """As Slack checks an image block: alt text, and a picture by URL or a file Slack holds completely."""
+        slack_file = block.get("slack_file") or {}
+        if not block.get("alt_text") or bool(block.get("image_url")) == bool(slack_file):
+            return False
+        if slack_file:
+            stored = self.files.get(str(slack_file.get("id")))
+            return stored is not None and bool(stored.get("completed")) and not self.processing
+        return True
 
     def call(self, method: str, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
         with self.lock:
@@ -376,7 +389,7 @@ class FakeSlack:
             stored = self.files.get(f["id"])
             if stored is None or stored["content"] is None:
                 return 200, {"ok": False, "error": "file_not_found"}, {}
-            stored["title"] = f.get("title")
+            stored["title"], stored["completed"] = f.get("title"), True
         if channel:
             refused = self._post_refused(str(channel))
             if refused:
@@ -396,7 +409,8 @@ class FakeSlack:
         data = content.encode() if isinstance(content, str) else content
         with self.lock:
             file_id = f"F{next(self._ids):05d}"
-            self.files[file_id] = {"id": file_id, "name": name, "title": name, "length": len(data), "content": data}
+            self.files[file_id] = {"id": file_id, "name": name, "title": name, "length": len(data), "content": data,
+                                   "completed": True}
             return file_id
 
     def file_object(self, file_id: str) -> dict[str, Any]:
@@ -404,8 +418,8 @@ class FakeSlack:
         stored = self.files[file_id]
         url = f"{self.base_url}files/{file_id}/{urllib.parse.quote(str(stored['name']))}"
         return {"id": file_id, "name": stored["name"], "title": stored.get("title") or stored["name"],
-                "size": len(stored["content"] or b""), "mimetype": "text/plain", "url_private": url,
-                "url_private_download": url}
+                "size": len(stored["content"] or b""), "mimetype": "" if self.processing else "text/plain",
+                "url_private": url, "url_private_download": url}
 
     def m_files_info(self, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
         file_id = str(args.get("file") or "")

@@ -1,11 +1,11 @@
-"""Gathering what a session event refers to (its steps, kernels, evaluation, profile chart) into the plain
+"""Gathering what a session event refers to (its steps, kernels, evaluation, profile chart and trace) into the plain
 `EventView` the thread renderer needs. Database reads only; the rendering is `bot.slack.outbound.thread_ops`."""
 
 from __future__ import annotations
 
 import difflib
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from bot.speedup import speedup_text
 from storage import outbox, sessions
 from storage.models import Candidate, Evaluation, KernelSession, SessionEvent, Step
 from tpu_runner.chart import render_profile_chart
+from tpu_runner.trace_export import trace_json
 
 
 def evaluation_outcome(evaluate_outputs: dict[str, Any], result: dict[str, Any] | None) -> dict[str, Any]:
@@ -62,6 +63,12 @@ def chart_png(result: dict[str, Any] | None, title: str) -> bytes | None:
     with tempfile.TemporaryDirectory() as tmp:
         path = render_profile_chart(profile, Path(tmp) / "profile.png", title=title)
         return path.read_bytes()
+
+
+def profile_trace(result: dict[str, Any] | None, *, task: str, target: str) -> bytes | None:
+    """The evaluation's profile as a Chrome trace file, for a person to open in Perfetto's UI."""
+    profile = (result or {}).get("profile")
+    return trace_json(profile, task=task, target=target) if profile else None
 
 
 @dataclass
@@ -159,28 +166,41 @@ def _latest_evaluation(data: SessionData, before_step: int) -> Step | None:
     return next((st for st in reversed(data.steps) if st.kind == "evaluate" and st.index <= before_step), None)
 
 
-def _card(data: SessionData, step_index: int | None, *, summary: bool = False) -> tuple[Card | None, bytes | None]:
-    """The card for a waiting step (plan to approve, result to decide on) or for Auto's summary, and its chart."""
+@dataclass(frozen=True)
+class _Shown:
+    """A card and the files beside it: its evaluation's chart and trace (drawn only when asked: a card that is
+    only edited refers to the chart uploaded with it)."""
+
+    card: Card | None
+    chart: bytes | None = None
+    trace: bytes | None = None
+
+
+def _card(data: SessionData, step_index: int | None, *, summary: bool = False, files: bool = False) -> _Shown:
+    """The card for a waiting step (plan to approve, result to decide on) or for Auto's summary, with its files."""
     step = data.step(step_index)
     if step is None or step_index is None:
-        return None, None
+        return _Shown(None)
+    task, target = data.record.task, data.record.target
     if summary:
         records = data.records
         p = progress(records)
         best = next((st for st in data.steps if st.kind == "evaluate"
                      and (st.outputs or {}).get("candidate_id") == p.best_candidate_id), None)
         outcome: dict[str, Any] = {}
+        trace = None
         if best is not None:
             e = data.evaluations.get(int(best.outputs["candidate_id"]))
             outcome = evaluation_outcome(dict(best.outputs), e.result if e else None)
+            trace = profile_trace(e.result, task=task, target=target) if e and files else None
         outcome.update(improved=p.best_candidate_id is not None, evaluations=sum(r.kind == "evaluate" for r in records))
-        return Card("summary", step_index, outcome=outcome), None
+        return _Shown(Card("summary", step_index, outcome=outcome), trace=trace)
     if step.kind == "plan":
         outputs = step.outputs or {}
-        return Card("plan", step_index, plan=str(outputs.get("plan", "")), redirect=outputs.get("redirect")), None
+        return _Shown(Card("plan", step_index, plan=str(outputs.get("plan", "")), redirect=outputs.get("redirect")))
     evaluated = _latest_evaluation(data, step_index)
     if evaluated is None:
-        return Card("result", step_index, outcome={"verdict": "none", "message": "nothing was evaluated"}), None
+        return _Shown(Card("result", step_index, outcome={"verdict": "none", "message": "nothing was evaluated"}))
     e = data.evaluations.get(int(evaluated.outputs.get("candidate_id") or 0))
     outcome = evaluation_outcome(dict(evaluated.outputs), e.result if e else None)
     if step.kind == "analyse":
@@ -188,8 +208,12 @@ def _card(data: SessionData, step_index: int | None, *, summary: bool = False) -
         outcome["analysis"] = summary_text.rsplit("analysis: ", 1)[-1] if "analysis: " in summary_text else ""
     elif step.kind == "give_up":
         outcome["analysis"] = str((step.outputs or {}).get("reason", ""))
-    chart = chart_png(e.result if e else None, f"{data.record.task} on {data.record.target}") if e else None
-    return Card("result", step_index, outcome=outcome), chart
+    card = Card("result", step_index, outcome=outcome)
+    if not files:  # shown again (answered): it shows the chart uploaded with it, if there was one
+        return _Shown(replace(card, chart=card.chart_key in data.posted))
+    chart = chart_png(e.result, f"{task} on {target}") if e else None
+    trace = profile_trace(e.result, task=task, target=target) if e else None
+    return _Shown(replace(card, chart=chart is not None), chart, trace)
 
 
 def event_view(s: Session, data: SessionData, event: SessionEvent) -> EventView:
@@ -207,9 +231,11 @@ def event_view(s: Session, data: SessionData, event: SessionEvent) -> EventView:
         if event.kind == "step" and payload.get("kind") in ("implement", "debug"):
             view.update(code=facts.get("code"), diff=facts.get("diff"))
     if event.kind == "hitl_paused" and str(payload.get("stop_reason", "")).startswith("await_"):
-        view["card"], view["chart"] = _card(data, payload.get("awaits_step"))
+        shown = _card(data, payload.get("awaits_step"), files=True)
+        view.update(card=shown.card, chart=shown.chart, trace=shown.trace)
     if event.kind == "auto_finished" and data.record.status != "cancelled":
-        view["card"], _ = _card(data, payload.get("awaits_step"), summary=True)
+        shown = _card(data, payload.get("awaits_step"), summary=True, files=True)
+        view.update(card=shown.card, trace=shown.trace)
         if view["card"] is not None:
             view["card"].outcome["stop_reason"] = payload.get("stop_reason")
         view["progress"] = _progress(data, s)
@@ -224,9 +250,9 @@ def event_view(s: Session, data: SessionData, event: SessionEvent) -> EventView:
     if event.kind == "decision":
         answers = payload.get("answers")
         if f"summary:{answers}" in data.posted and payload.get("action") in ("adopt", "search", "handback", "cancel"):
-            view["card"], _ = _card(data, answers, summary=True)
+            view["card"] = _card(data, answers, summary=True).card
         elif f"card:{answers}" in data.posted:
-            view["card"], _ = _card(data, answers)
+            view["card"] = _card(data, answers).card
     if event.kind == "search_finished":
         out = search_outcome(s, data.record.id)
         view["card"] = Card("summary", 0, outcome={

@@ -5,8 +5,10 @@ in its thread through `thread_ops`, one worker per channel so a thread's message
 paced per channel; a 429 pauses the channel for its Retry-After; a 5xx or a connection error backs the channel
 off and the same events are tried again, so nothing is lost while Slack is down. Every post is recorded under
 its key (`slack_messages`) right after Slack took it; a post whose recording a crash prevented is found again
-by its metadata (or its file name) before anything is posted for a retried event, so nothing is posted twice.
+by its metadata (or its files' names) before anything is posted for a retried event, so nothing is posted twice.
 Edits only change what a message shows, so a batch sends the last edit of each message once, at its end.
+A message may show a picture uploaded unshared just before it: its blocks name the upload's key and get its file
+id here (`thread_ops.with_files`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import Engine
@@ -24,7 +26,7 @@ from sqlmodel import Session
 
 from bot.slack.outbound.event_data import event_view, load_session
 from bot.slack.outbound.sender import MAX_BACKOFF_SECONDS, SlackRejected, SlackSender, SlackUnavailable, content_hash
-from bot.slack.outbound.thread_ops import Op, Show, Upload, ops_for
+from bot.slack.outbound.thread_ops import Op, Show, Upload, ops_for, with_files, without_images
 from storage import outbox, sessions
 from storage.logs import log_context
 from storage.models import DigestRun, SessionEvent, now
@@ -227,6 +229,8 @@ class Notifier:
     # -- one message ----------------------------------------------------------------------------------------------
     def _apply(self, op: Op, place: _Place, edits: dict[str, dict[str, Any]], *, retried: bool,
                top_level: bool = False) -> None:
+        if isinstance(op, Show):  # the pictures it shows, by the ids of the files uploaded for them
+            op = replace(op, payload=with_files(op.payload, {key: ts for key, (ts, _) in place.posted.items()}))
         if op.key in place.posted:
             if isinstance(op, Show):
                 edits[op.key] = op.payload
@@ -234,32 +238,45 @@ class Notifier:
         root_post = isinstance(op, Show) and op.key == "root" and not op.in_thread
         thread = None if (top_level or root_post) else place.thread_ts
         found = None
-        if retried:
+        if retried and not (isinstance(op, Upload) and not op.shared):
             found = self.sender.find(channel=place.channel, thread_ts=thread, scope=place.scope, key=op.key,
-                                     filename=op.filename if isinstance(op, Upload) else None,
+                                     filenames=[f.filename for f in op.files] if isinstance(op, Upload) else (),
                                      oldest=place.since - 1.0)
         if isinstance(op, Upload):
-            ts = found or self.sender.upload(channel=place.channel, thread_ts=thread, filename=op.filename,
-                                             content=op.content, title=op.title, comment=op.comment)
+            # An unshared upload leaves nothing in the channel to find after a crash: if one came between Slack
+            # taking it and this record, it is uploaded again, and the first copy is an orphan no message shows
+            # and only the bot can see - harmless.
+            ts = found or self.sender.upload(channel=place.channel, thread_ts=thread, comment=op.comment,
+                                             files=[(f.filename, f.content, f.title) for f in op.files],
+                                             shared=op.shared)
             self._record(place, op.key, ts, None)
             return
         ts = found
         digest = content_hash(op.payload)
         if ts is None:
-            try:
-                ts = self.sender.post(channel=place.channel, thread_ts=thread, payload=op.payload, scope=place.scope,
-                                      key=op.key)
-            except SlackRejected as exc:
-                if exc.error not in FALLBACK_ERRORS:
-                    raise
-                log.warning("notifier: %s refused the blocks of %s/%s; posting the text alone", exc.error,
-                            place.scope, op.key)
-                ts = self.sender.post(channel=place.channel, thread_ts=thread, payload={"text": op.payload["text"]},
-                                      scope=place.scope, key=op.key)
+            ts = self._post(place, thread, op.key, op.payload)
         elif found:
             edits[op.key] = op.payload  # found after a crash: bring it up to date with the rest of the batch
             digest = None
         self._record(place, op.key, ts, digest, starts_thread=root_post)
+
+    def _post(self, place: _Place, thread: str | None, key: str, payload: dict[str, Any]) -> str:
+        """Post the message; when Slack refuses its blocks, post it without its pictures (one Slack is still
+        processing, say), then as its text alone."""
+        tries = [payload]
+        if any(b.get("type") == "image" for b in payload.get("blocks") or []):
+            tries.append(without_images(payload))
+        tries.append({"text": payload["text"]})
+        for i, attempt in enumerate(tries):
+            try:
+                return self.sender.post(channel=place.channel, thread_ts=thread, payload=attempt, scope=place.scope,
+                                        key=key)
+            except SlackRejected as exc:
+                if exc.error not in FALLBACK_ERRORS or i == len(tries) - 1:
+                    raise
+                log.warning("notifier: %s refused the blocks of %s/%s; posting %s", exc.error, place.scope, key,
+                            "them without pictures" if "blocks" in tries[i + 1] else "the text alone")
+        raise AssertionError("unreachable: the last try returns or raises")
 
     def _flush_edits(self, place: _Place, edits: dict[str, dict[str, Any]]) -> None:
         for key, payload in edits.items():

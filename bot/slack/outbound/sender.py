@@ -8,6 +8,7 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 
 METADATA_TYPE = "kernelbot_post"
 MAX_BACKOFF_SECONDS = 30.0
+PROCESSING_WAITS = (0.25, 0.5, 1.0, 2.0)  # between looks at an unshared upload Slack is still processing
 # ok=false answers that are about this one message: give up on it, go on with the next. Anything else that is
 # ok=false (a revoked token, a missing scope) affects everything and is retried until an operator fixes it.
 MESSAGE_ERRORS = frozenset({
@@ -105,11 +107,13 @@ def _classify(exc: Exception) -> Exception:
 
 @dataclass
 class SlackSender:
-    """The notifier's four calls, each paced (posts and uploads) and with its failures classified."""
+    """The notifier's calls (post, update, upload, find), each paced (posts and uploads) and with its failures
+    classified."""
 
     client: WebClient
     pacer: ChannelPacer = field(default_factory=ChannelPacer)
     stop: threading.Event | None = None
+    processing_waits: tuple[float, ...] = PROCESSING_WAITS
 
     def _call(self, channel: str, method: str, /, **kwargs: Any) -> Any:
         try:
@@ -135,22 +139,46 @@ class SlackSender:
         self._call(channel, "chat_update", channel=channel, ts=ts, text=payload.get("text", ""),
                    blocks=payload.get("blocks", []))
 
-    def upload(self, *, channel: str, thread_ts: str | None, filename: str, content: bytes, title: str,
-               comment: str = "") -> str:
-        """Upload a file into the thread; returns its file id."""
-        self.pacer.wait(channel, self.stop)
+    def upload(self, *, channel: str, thread_ts: str | None, files: Sequence[tuple[str, bytes, str]],
+               comment: str = "", shared: bool = True) -> str:
+        """Upload files (filename, content, title) into the thread as one message; returns the first file's id.
+        An upload that is not `shared` posts nothing: the file is the bot's, for a message to show (an image
+        block), and is waited for until Slack has processed it, as a message can show it only then."""
+        if shared:
+            self.pacer.wait(channel, self.stop)
+        where: dict[str, Any] = {"channel": channel, "thread_ts": thread_ts, "initial_comment": comment or None} \
+            if shared else {}
         try:
-            response = self._call(channel, "files_upload_v2", channel=channel, thread_ts=thread_ts,
-                                  filename=filename, content=content, title=title, initial_comment=comment or None)
+            response = self._call(channel, "files_upload_v2", file_uploads=[
+                {"filename": name, "content": content, "title": title} for name, content, title in files], **where)
         finally:
-            self.pacer.sent(channel)
-        files = response.get("files") or [response.get("file") or {}]
-        return str(files[0].get("id", ""))
+            if shared:
+                self.pacer.sent(channel)
+        uploaded = response.get("files") or [response.get("file") or {}]
+        file_id = str(uploaded[0].get("id", ""))
+        if not shared:
+            self._wait_processed(file_id)
+        return file_id
 
-    def find(self, *, channel: str, thread_ts: str | None, scope: str, key: str, filename: str | None = None,
+    def _wait_processed(self, file_id: str) -> None:
+        """Until files.info gives the file's type (Slack fills it in once it has processed the upload), for a few
+        seconds at most: a message showing it earlier is refused (invalid_blocks), and the notifier then posts
+        the message without the picture."""
+        for delay in (*self.processing_waits, None):
+            try:
+                if self.client.files_info(file=file_id).get("file", {}).get("mimetype"):
+                    return
+            except (SlackClientError, OSError, ValueError):
+                return  # no files:read, or Slack away: the post says what is wrong, if anything
+            if delay is None or (self.stop is not None and self.stop.wait(delay)):
+                return
+            if self.stop is None:
+                time.sleep(delay)
+
+    def find(self, *, channel: str, thread_ts: str | None, scope: str, key: str, filenames: Sequence[str] = (),
              oldest: float | None = None) -> str | None:
-        """The ts (or file id) of a post of ours with this scope and key (or a file with this name), if Slack has
-        one: what a crash between posting and recording left behind."""
+        """The ts (or file id) of a post of ours with this scope and key (or a file with one of these names), if
+        Slack has one: what a crash between posting and recording left behind."""
         try:
             if thread_ts:
                 response = self._call(channel, "conversations_replies", channel=channel, ts=thread_ts,
@@ -164,8 +192,7 @@ class SlackSender:
             meta = (message.get("metadata") or {}).get("event_payload") or {}
             if meta.get("scope") == scope and meta.get("key") == key:
                 return str(message["ts"])
-            if filename:
-                for f in message.get("files") or []:
-                    if f.get("name") == filename:
-                        return str(f.get("id"))
+            for f in message.get("files") or []:
+                if f.get("name") in filenames:
+                    return str(f.get("id"))
         return None

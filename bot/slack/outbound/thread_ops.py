@@ -4,7 +4,9 @@
 A thread holds: the root message (its status line edited in place), a card for each step that waits for a
 person (plan, result, Auto's summary; buttons bound to the step, replaced by who answered once answered), one
 progress message per implement-evaluate cycle edited through the stages and the self-debugger's fixes (in Auto,
-one message for the whole run), and files: each kernel, its diff, the profile chart. Every message has a key
+one message for the whole run), and files: each kernel with its diff in one message, and the profile as a trace
+beside the result card. The profile chart is inside the card: uploaded without being shared, it is referred to by
+its upload's key (`file_ref`) and the notifier puts in the file's id (`with_files`). Every message has a key
 unique in its session, so showing it again edits it and a retried event posts nothing twice.
 """
 
@@ -30,15 +32,56 @@ class Show:
 
 
 @dataclass(frozen=True)
+class File:
+    filename: str
+    content: bytes
+    title: str
+
+
+@dataclass(frozen=True)
 class Upload:
+    """Upload a file (and `more` in the same message, `comment` its text) under `key`. An upload that is not
+    `shared` posts nothing: it is a picture a message shows (an `image` block holding `file_ref(key)`)."""
+
     key: str
     filename: str
     content: bytes
     title: str
     comment: str = ""
+    more: tuple[File, ...] = ()
+    shared: bool = True
+
+    @property
+    def files(self) -> tuple[File, ...]:
+        return (File(self.filename, self.content, self.title), *self.more)
 
 
 Op = Show | Upload
+FILE_REF = "kernelbot-upload:"  # a slack_file id that stands for the id of the file uploaded under the key after it
+
+
+def file_ref(key: str) -> str:
+    return FILE_REF + key
+
+
+def with_files(payload: Payload, file_ids: dict[str, str]) -> Payload:
+    """The payload with each `file_ref(key)` replaced by the id of the file uploaded under that key; an image
+    whose file was never uploaded is left out (Slack refuses a message that shows a file it does not have)."""
+    blocks = []
+    for block in payload.get("blocks") or []:
+        ref = str((block.get("slack_file") or {}).get("id", "")) if block.get("type") == "image" else ""
+        if ref.startswith(FILE_REF):
+            file_id = file_ids.get(ref.removeprefix(FILE_REF))
+            if not file_id:
+                continue
+            block = {**block, "slack_file": {"id": file_id}}
+        blocks.append(block)
+    return {**payload, "blocks": blocks} if "blocks" in payload else payload
+
+
+def without_images(payload: Payload) -> Payload:
+    """The payload without its pictures (what is left when Slack refuses a picture, e.g. one still processing)."""
+    return {**payload, "blocks": [b for b in payload.get("blocks") or [] if b.get("type") != "image"]}
 
 
 @dataclass(frozen=True)
@@ -71,10 +114,15 @@ class Card:
     plan: str = ""
     redirect: str | None = None
     outcome: dict[str, Any] = field(default_factory=dict)
+    chart: bool = False  # a result card that shows its evaluation's profile chart (uploaded under `chart_key`)
 
     @property
     def key(self) -> str:
         return f"{'summary' if self.kind == 'summary' else 'card'}:{self.step}"
+
+    @property
+    def chart_key(self) -> str:
+        return f"file:profile_{self.step}.png"
 
 
 @dataclass(frozen=True)
@@ -102,6 +150,7 @@ class EventView:
     code: str | None = None  # an implemented or fixed kernel
     diff: str | None = None  # ... against the kernel before it
     chart: bytes | None = None  # the profile chart of the card's evaluation
+    trace: bytes | None = None  # ... and its profile as a Chrome trace (`tpu_runner.trace_export`)
     kernel: str | None = None  # the best kernel, for a summary
     progress: Progress = field(default_factory=Progress)
 
@@ -124,7 +173,8 @@ def card_payload(event: EventView, card: Card) -> Payload:
         return blocks.plan_message(session_id=s.id, step=card.step, plan=card.plan, redirect=card.redirect)
     if card.kind == "summary":
         return blocks.auto_summary(session_id=s.id, step=card.step, outcome=card.outcome)
-    return blocks.result_card(session_id=s.id, step=card.step, outcome=card.outcome)
+    return blocks.result_card(session_id=s.id, step=card.step, outcome=card.outcome,
+                              chart=file_ref(card.chart_key) if card.chart else None)
 
 
 def _auto(event: EventView, doing: str, *, running: bool = True) -> Show:
@@ -150,13 +200,24 @@ def _search(event: EventView, *, running: bool = True) -> Show:
 
 
 def _kernel_files(event: EventView, candidate: int, what: str) -> list[Op]:
+    """The kernel and its diff against the one before it, in one message."""
+    if event.code is None:
+        return []
+    diff = (File(f"candidate_{candidate}.diff", event.diff.encode(),
+                 f"diff of kernel v{event.version} against the previous version"),) if event.diff else ()
+    return [Upload(f"file:candidate_{candidate}.py", f"candidate_{candidate}.py", event.code.encode(),
+                   f"kernel v{event.version} (candidate {candidate})", what, more=diff)]
+
+
+def _profile_files(event: EventView, card: Card) -> list[Op]:
+    """The trace of the card's evaluation beside the card, and its chart uploaded for the card to show."""
     ops: list[Op] = []
-    if event.code is not None:
-        ops.append(Upload(f"file:candidate_{candidate}.py", f"candidate_{candidate}.py", event.code.encode(),
-                          f"kernel v{event.version} (candidate {candidate})", what))
-    if event.diff:
-        ops.append(Upload(f"file:candidate_{candidate}.diff", f"candidate_{candidate}.diff", event.diff.encode(),
-                          f"diff of kernel v{event.version} against the previous version"))
+    if event.trace:
+        ops.append(Upload(f"file:profile_{card.step}.trace.json", f"profile_step{card.step}.trace.json", event.trace,
+                          "profile trace (open in ui.perfetto.dev or chrome://tracing)",
+                          "The profile op by op, to open in ui.perfetto.dev:"))
+    if event.chart:
+        ops.append(Upload(card.chart_key, f"profile_step{card.step}.png", event.chart, "profile chart", shared=False))
     return ops
 
 
@@ -235,9 +296,7 @@ def ops_for(event: EventView) -> list[Op]:
         if event.card.kind == "plan" and kit.too_long(event.card.plan):
             ops.append(Upload(f"file:plan_{event.card.step}.md", f"plan_step{event.card.step}.md",
                               event.card.plan.encode(), "the full plan", "The plan in full:"))
-        if event.chart:
-            ops.append(Upload(f"file:profile_{event.card.step}.png", f"profile_step{event.card.step}.png",
-                              event.chart, "profile chart", "Where the time goes:"))
+        ops += _profile_files(event, event.card)
         ops.append(Show(event.card.key, card_payload(event, event.card)))
         waiting = "approval of the plan" if event.card.kind == "plan" else "a decision on the result"
         ops.append(root(event, f"waiting for {waiting}"))
@@ -251,7 +310,9 @@ def ops_for(event: EventView) -> list[Op]:
         ops = [_auto(event, f"finished ({p.get('stop_reason')})", running=False)]
         if event.kernel is not None and p.get("best_candidate_id"):
             name = f"best_candidate_{p['best_candidate_id']}.py"
-            ops.append(Upload(f"file:{name}", name, event.kernel.encode(), "best kernel"))
+            trace = (File(f"best_candidate_{p['best_candidate_id']}.trace.json", event.trace,
+                          "its profile trace (open in ui.perfetto.dev or chrome://tracing)"),) if event.trace else ()
+            ops.append(Upload(f"file:{name}", name, event.kernel.encode(), "best kernel", more=trace))
         ops += [Show(event.card.key, card_payload(event, event.card)),
                 root(event, f"Auto finished after {p.get('evaluations', 0)} evaluation(s): {_best_line(event)}")]
         return ops

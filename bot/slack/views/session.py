@@ -159,11 +159,20 @@ def result_lines(outcome: dict[str, Any]) -> list[str]:
     return lines
 
 
-def result_card(*, session_id: str, step: int, outcome: dict[str, Any]) -> Payload:
-    lines = result_lines(outcome)
+def chart_image(file_id: str, alt: str) -> Block:
+    """A picture Slack holds (an uploaded file, shared or not), shown inside a message."""
+    return {"type": "image", "slack_file": {"id": file_id}, "alt_text": alt[:2000]}
+
+
+def result_card(*, session_id: str, step: int, outcome: dict[str, Any], chart: str | None = None) -> Payload:
+    """The result to decide on: its lines, the profile chart (`chart`: the id of its uploaded picture), the
+    profile summary and the four buttons."""
+    blocks = sections("\n".join(result_lines(outcome)))
+    if chart:
+        blocks.append(chart_image(chart, f"profile chart: {outcome.get('verdict') or 'result'} "
+                                         f"{outcome_speedup(outcome)}".rstrip()))
     if outcome.get("profile_summary"):
-        lines.append(f"```{outcome['profile_summary'][:2500]}```")
-    blocks = sections("\n".join(lines))
+        blocks += sections(f"```{outcome['profile_summary'][:2500]}```")
     blocks.append(_session_actions(f"result-{session_id}-{step}", session_id, step, [
         ("Iterate", "iterate", "primary"), ("Redirect…", "redirect", None), ("Hand off to Auto", "handoff", None),
         ("Finish", "finish", None)]))

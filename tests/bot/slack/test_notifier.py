@@ -336,3 +336,140 @@ def test_a_search_threads_summary_and_root_give_the_best_kernels_likely_range(
     assert "best kernel x1.30 estimated, likely x0.90-x1.80: no clear gain" in text_of(summary)
     assert "search finished after 2 evaluation(s): best x1.30 estimated, likely x0.90-x1.80: no clear gain" \
         in text_of(thread[0])
+
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _images(message: Message) -> list[str]:
+    return [b["slack_file"]["id"] for b in message.blocks if b["type"] == "image"]
+
+
+def _two_evaluations(engine: Engine, settings: Settings, workdir: Path, channel: str = "C1") -> str:
+    """A HITL session through two implement-evaluate cycles: plan, approve, result; iterate, approve, result."""
+    sid = hitl_script.start(engine, channel=channel)
+    hitl_script.through_first_result(engine, settings, workdir, sid)
+    for action in ("iterate", "approve"):
+        decide(engine, session_id=sid, actor="U1", action=action, via="button")
+        hitl_script.machine(engine, settings, workdir).run(sid)
+    return sid
+
+
+def test_the_result_card_shows_its_chart_and_the_trace_is_beside_it(
+        engine: Engine, settings: Settings, slack: FakeSlack, tmp_path: Path) -> None:
+    slack.burst = 1000  # the pace is tested elsewhere
+    sid = hitl_script.start(engine, channel="C1")
+    hitl_script.through_first_result(engine, settings, tmp_path / "k", sid)
+    assert notifier(engine, slack, ChannelPacer(per_second=1000.0, burst=1000)).drain(30)
+    thread = thread_of(engine, slack, sid)
+    card = thread[-1]
+    assert keys([card]) == ["card:5"] and card.blocks[-1]["type"] == "actions"
+    (chart,) = _images(card)
+    assert slack.files[chart]["name"] == "profile_step5.png" and slack.files[chart]["content"][:8] == PNG
+    assert not any(chart in m.files for m in slack.messages["C1"])  # uploaded for the card, shared nowhere
+    image = next(b for b in card.blocks if b["type"] == "image")
+    assert "profile chart" in image["alt_text"] and "x2.00 estimated" in image["alt_text"]
+    (trace_id,) = thread[-2].files  # the trace, right above the card
+    assert slack.files[trace_id]["name"] == "profile_step5.trace.json"
+    trace = json.loads(slack.files[trace_id]["content"])
+    assert trace["otherData"]["task"] == "softmax" and trace["otherData"]["target"] == "v6e"
+    assert {e["pid"] for e in trace["traceEvents"] if e["ph"] == "X"} == {1, 2, 3}
+    assert not [f for m in thread for f in m.files if slack.files[f]["name"].endswith(".png")]
+
+    decide(engine, session_id=sid, actor="U1", action="finish", via="button")
+    assert notifier(engine, slack).drain(30)
+    answered = slack.find("C1", card.ts)
+    assert answered is not None and "Finished by <@U1>" in text_of(answered)
+    assert _images(answered) == [chart]  # the answered card keeps its chart
+
+
+def test_a_two_evaluation_session_posts_ten_replies_where_it_posted_eleven(
+        engine: Engine, settings: Settings, slack: FakeSlack, tmp_path: Path) -> None:
+    """Per cycle: the kernel and its diff in one message, one progress message edited through its stages, the
+    trace, and the card with the chart inside it (it was: kernel, diff, progress, chart, card)."""
+    slack.burst = 1000  # the pace is tested elsewhere
+    sid = _two_evaluations(engine, settings, tmp_path / "k")
+    assert notifier(engine, slack, ChannelPacer(per_second=1000.0, burst=1000)).drain(30)
+    thread = thread_of(engine, slack, sid)
+    names = [[slack.files[f]["name"] for f in m.files] for m in thread[1:]]
+    assert names == [[], ["candidate_1.py"], [], ["profile_step5.trace.json"], [],
+                     [], ["candidate_2.py", "candidate_2.diff"], [], ["profile_step11.trace.json"], []]
+    assert [k for k in keys(thread[1:]) if not k.startswith("file:")] == [
+        "card:1", "progress:1", "card:5", "card:7", "progress:2", "card:11"]
+    assert len(thread) - 1 == 10
+    assert all(len(_images(slack.find("C1", m.ts))) == 1 for m in thread if keys([m])[0] in ("card:5", "card:11"))
+
+
+def test_a_chart_upload_is_recorded_so_a_retried_card_shows_it_without_uploading_it_again(
+        engine: Engine, settings: Settings, slack: FakeSlack, tmp_path: Path) -> None:
+    slack.burst = 1000  # the pace is tested elsewhere
+    lost: list[str] = []
+
+    def lose_the_cards_answer(message: Message) -> None:  # the card is stored, then the connection drops
+        if _images(message) and not lost:
+            lost.append(message.ts)
+            raise ConnectionAbortedError("answer lost")
+
+    slack.after_post = lose_the_cards_answer
+    sid = hitl_script.start(engine, channel="C1")
+    hitl_script.through_first_result(engine, settings, tmp_path / "k", sid)
+    assert notifier(engine, slack, ChannelPacer(per_second=1000.0, burst=1000)).drain(60)
+    assert lost
+    charts = [f for f, stored in slack.files.items() if stored["name"] == "profile_step5.png"]
+    cards = [m for m in thread_of(engine, slack, sid) if keys([m]) == ["card:5"]]
+    assert len(charts) == 1 and len(cards) == 1 and _images(cards[0]) == charts
+
+
+def test_a_picture_slack_is_still_processing_leaves_the_card_without_it_but_with_its_buttons(
+        engine: Engine, settings: Settings, slack: FakeSlack, tmp_path: Path) -> None:
+    slack.burst = 1000  # the pace is tested elsewhere
+    slack.processing = True
+    sid = hitl_script.start(engine, channel="C1")
+    hitl_script.through_first_result(engine, settings, tmp_path / "k", sid)
+    client = WebClient(token=BOT_TOKEN, base_url=slack.base_url, retry_handlers=[], timeout=5)
+    sender = SlackSender(client, ChannelPacer(per_second=1000.0, burst=1000), processing_waits=(0.01, 0.01))
+    assert Notifier(engine, sender, poll_seconds=0.05).drain(30)
+    card = thread_of(engine, slack, sid)[-1]
+    assert keys([card]) == ["card:5"] and not _images(card) and "Result: ok" in text_of(card)
+    assert [e["action_id"] for e in card.blocks[-1]["elements"]] == ["iterate", "redirect", "handoff", "finish"]
+    assert sum(method == "files.info" for method, _ in slack.calls) == 3  # a look, then one after each wait
+
+
+def test_slack_refuses_an_image_of_a_file_it_does_not_hold(slack: FakeSlack) -> None:
+    client = WebClient(token=BOT_TOKEN, base_url=slack.base_url, retry_handlers=[], timeout=5)
+    unshared = client.files_upload_v2(filename="chart.png", content=PNG, title="chart")["files"][0]["id"]
+    assert not slack.messages  # uploaded, shared nowhere
+
+    def post(file_id: str) -> str:
+        block = {"type": "image", "slack_file": {"id": file_id}, "alt_text": "chart"}
+        try:
+            return str(client.chat_postMessage(channel="C1", text="t", blocks=[block])["ok"])
+        except Exception as exc:  # noqa: BLE001 - the error code is what is checked
+            return str(getattr(exc, "response", {}).get("error"))
+
+    assert post(unshared) == "True"
+    assert post("F99999") == "invalid_blocks"
+
+
+def test_the_result_card_gives_the_estimates_likely_range(
+        engine: Engine, settings: Settings, slack: FakeSlack, tmp_path: Path) -> None:
+    from agents.auto import StageCallback
+    from tpu_runner.result import EvalResult
+
+    def unclear(path: Path, on_stage: StageCallback | None = None) -> EvalResult:  # x1.04, likely x0.90-x1.20
+        data = hitl_script.replayed(path, on_stage).to_json()
+        data["performance"].update(speedup=1.04, reference=data["performance"]["candidate"] * 1.04, band=[0.9, 1.2])
+        data["message"] = "ok: x1.04"
+        return EvalResult.from_json(data)
+
+    slack.burst = 1000
+    sid = hitl_script.start(engine, channel="C1")
+    hitl = hitl_script.machine(engine, settings, tmp_path / "k")
+    hitl.evaluate = unclear
+    hitl.run(sid)
+    decide(engine, session_id=sid, actor="U1", action="approve", via="button")
+    hitl.run(sid)
+    assert notifier(engine, slack, ChannelPacer(per_second=1000.0, burst=1000)).drain(30)
+    card = thread_of(engine, slack, sid)[-1]
+    assert keys([card]) == ["card:5"]
+    assert "*Result: ok*  x1.04 estimated, likely x0.90-x1.20: no clear gain" in text_of(card)

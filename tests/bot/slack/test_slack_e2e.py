@@ -1,6 +1,6 @@
 """End to end, as a team uses it: `kernelbot serve` (HTTP, an embedded runner, the offline brain) against the
 fake Slack. /kernel new -> a plan in a thread -> redirects through the modal and a reply to the bot -> Approve ->
-kernel, progress, result card with its chart -> Hand off to Auto -> Auto's progress and final summary; an
+kernel, progress, result card with its chart inside -> Hand off to Auto -> Auto's progress and final summary; an
 unauthorised click, a stale button, and a cancel."""
 
 from __future__ import annotations
@@ -112,15 +112,17 @@ def test_a_hitl_session_from_slash_command_to_auto_summary(team: Team) -> None:
     wait_for("the stale click's answer", lambda: [e for e in team.slack.ephemeral if e.get("user") == "U1"
                                                   and "moved on" in e["text"]])
 
-    # Approve: the kernel as a file, one progress message edited through the stages, the result card.
+    # Approve: the kernel as a file, one progress message edited through the stages, the profile trace, the
+    # result card with the chart inside it.
     click(team.url, action_id="approve", value=buttons(plan3)["approve"], user="U1")
     result = team.card(sid, "iterate")
     thread = team.thread(sid)
     names = [team.slack.files[f]["name"] for m in thread for f in m.files]
     assert any(n.startswith("candidate_") and n.endswith(".py") for n in names)
-    assert any(n.startswith("profile_step") and n.endswith(".png") for n in names)
-    chart = next(f for m in thread for f in m.files if team.slack.files[f]["name"].startswith("profile_step"))
+    assert any(n.startswith("profile_step") and n.endswith(".trace.json") for n in names)
+    chart = next(b["slack_file"]["id"] for b in result.blocks if b["type"] == "image")
     assert team.slack.files[chart]["content"][:8] == b"\x89PNG\r\n\x1a\n"
+    assert not any(chart in m.files for m in thread)  # shown in the card, posted nowhere
     progress = [m for m in thread if (m.metadata or {}).get("event_payload", {}).get("key", "").startswith(
         "progress:")]
     assert len(progress) == 1
