@@ -262,10 +262,12 @@ def notice(text: str) -> Payload:
 
 
 def answered(message: Payload, *, decision: str, user: str, at: float, text: str | None = None) -> Payload:
-    """The message as it shows once answered: its buttons replaced by who decided what, and when."""
-    stamp = time.strftime("%H:%M", time.gmtime(at))
+    """The message as it shows once answered: its buttons replaced by who decided what, and when (in each
+    reader's own time zone: Slack's date format, with the time in UTC where a client cannot show it)."""
+    fallback = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(at))
+    stamp = f"<!date^{int(at)}^{{date_short_pretty}} at {{time}}|{fallback}>"
     label = DECISION_LABELS.get(decision, decision.capitalize())
     said = f": “{text.strip()[:500]}”" if text and text.strip() else ""
     kept = [b for b in message.get("blocks", []) if b.get("type") != "actions"]
-    kept.append(context(f"{label} by <@{user}> at {stamp} UTC{said}"))
+    kept.append(context(f"{label} by <@{user}>, {stamp}{said}"))
     return {"text": message.get("text", ""), "blocks": kept}

@@ -60,7 +60,9 @@ def test_an_answered_message_loses_its_buttons_and_says_who_and_when() -> None:
     payload = answered(plan_message(session_id="s1", step=1, plan="p"), decision="approved", user="U1",
                        at=1796000000.0)
     assert not any(b["type"] == "actions" for b in payload["blocks"])
-    assert "Approved by <@U1> at" in json.dumps(payload)
+    stamp = next(b for b in payload["blocks"] if b["type"] == "context")["elements"][0]["text"]
+    # Slack's date format: each reader sees their own time zone; UTC where a client cannot format it.
+    assert stamp == "Approved by <@U1>, <!date^1796000000^{date_short_pretty} at {time}|2026-11-30 00:53 UTC>"
 
 
 def test_result_card_root_and_progress() -> None:

@@ -81,7 +81,7 @@ def test_a_hitl_thread_shows_the_plan_then_the_kernel_the_progress_and_the_resul
     thread = thread_of(engine, slack, sid)
     answered = slack.find("C1", plan.ts)
     assert answered is not None and not any(b["type"] == "actions" for b in answered.blocks)
-    assert "Approved by <@U2> at" in text_of(answered)
+    assert "Approved by <@U2>, <!date^" in text_of(answered)  # in each reader's time zone
     files = [slack.files[f]["name"] for m in thread for f in m.files]
     assert files[0].startswith("candidate_") and files[0].endswith(".py") and "profile_step" in files[-1]
     kernel = next(f for m in thread for f in m.files if slack.files[f]["name"] == files[0])
