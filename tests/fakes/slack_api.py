@@ -5,7 +5,8 @@ files (the bot's uploads, and people's: `add_upload`, then `files.info` and a pr
 the bot token), and enforces what a bot must respect: the bot token, a per-channel posting rate (a burst, then
 HTTP 429 with Retry-After), block limits (`invalid_blocks`, `msg_blocks_too_long`; an image block must show a
 file whose upload was completed, shared or not), edits of the bot's own messages only, and an outage switch
-(HTTP 503). Tests read the state directly.
+(HTTP 503). A post to a user id is the bot's direct message with that person, kept under the user id as its
+channel (`dm`). Tests read the state directly.
 
 Channels a test declares (`add_channel`) have members and may be private, as in Slack: the bot cannot post where
 it is not a member (`not_in_channel`; a private channel it is not in does not exist for it, `channel_not_found`),
@@ -101,6 +102,10 @@ class FakeSlack:
 
     def find(self, channel: str, ts: str) -> Message | None:
         return next((m for m in self.messages.get(channel, []) if m.ts == ts), None)
+
+    def dm(self, user: str) -> list[Message]:
+        """What the bot said to this person in their direct messages."""
+        return list(self.messages.get(user, []))
 
     def add_channel(self, channel_id: str, *, name: str = "", private: bool = False, members: tuple[str, ...] = (),
                     bot: bool = True) -> Channel:
@@ -239,6 +244,10 @@ class FakeSlack:
             return stored is not None and bool(stored.get("completed")) and not self.processing
         return True
 
+    @staticmethod
+    def _is_user(channel: str) -> bool:
+        return channel[:1] in ("U", "W")
+
     def call(self, method: str, args: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
         with self.lock:
             self.calls.append((method, args))
@@ -262,7 +271,7 @@ class FakeSlack:
             return 200, {"ok": False, "error": "channel_not_found"}, {}
         if channel in self.archived:
             return 200, {"ok": False, "error": "is_archived"}, {}
-        refused = self._post_refused(channel)
+        refused = None if self._is_user(channel) else self._post_refused(channel)  # a user id: the bot's DM
         if refused:
             return 200, {"ok": False, "error": refused}, {}
         wait = self._rate_ok(channel)

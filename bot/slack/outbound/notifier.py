@@ -8,7 +8,8 @@ its key (`slack_messages`) right after Slack took it; a post whose recording a c
 by its metadata (or its files' names) before anything is posted for a retried event, so nothing is posted twice.
 Edits only change what a message shows, so a batch sends the last edit of each message once, at its end.
 A message may show a picture uploaded unshared just before it: its blocks name the upload's key and get its file
-id here (`thread_ops.with_files`).
+id here (`thread_ops.with_files`). When Slack refuses a session's channel for good (the bot was removed, the
+channel archived), the events are skipped and the session's owner is told once, in a direct message.
 """
 
 from __future__ import annotations
@@ -27,14 +28,18 @@ from sqlmodel import Session
 from bot.slack.outbound.event_data import event_view, load_session
 from bot.slack.outbound.sender import MAX_BACKOFF_SECONDS, SlackRejected, SlackSender, SlackUnavailable, content_hash
 from bot.slack.outbound.thread_ops import Op, Show, Upload, ops_for, with_files, without_images
+from bot.slack.views.session import undelivered_notice
 from storage import outbox, sessions
 from storage.logs import log_context
-from storage.models import DigestRun, SessionEvent, now
+from storage.models import DigestRun, KernelSession, SessionEvent, now
 
 log = logging.getLogger("kernelbot.notifier")
 SURFACE = "slack"
 SETTLED_AFTER_SECONDS = 300.0  # events older than this with a lower id than every pending one are never looked at
 FALLBACK_ERRORS = ("invalid_blocks", "msg_blocks_too_long")
+# Slack refuses the channel itself, for good: every later post there fails the same way until a person acts.
+CHANNEL_ERRORS = frozenset({"not_in_channel", "channel_not_found", "is_archived"})
+UNDELIVERED_KEY = "dm:undelivered"  # the direct message that told the owner, recorded in the session's scope
 
 
 @dataclass
@@ -201,6 +206,8 @@ class Notifier:
                 log.warning("notifier: Slack refused event %s of session %s (%s); it is skipped", event.id,
                             session_id, exc.error)
                 self._settle([event.id or 0], status="failed", error=exc.error)
+                if exc.error in CHANNEL_ERRORS:
+                    self._tell_owner(place, data.record, exc.error)
                 continue
             done.append(event.id or 0)
         self._flush_edits(place, edits)
@@ -278,6 +285,24 @@ class Notifier:
                             "them without pictures" if "blocks" in tries[i + 1] else "the text alone")
         raise AssertionError("unreachable: the last try returns or raises")
 
+    def _tell_owner(self, place: _Place, record: KernelSession, error: str) -> None:
+        """Tell the session's owner, in a direct message, that its thread no longer gets its updates and what to
+        do; once per session, even across restarts (recorded under UNDELIVERED_KEY)."""
+        owner = record.owner
+        if not owner or UNDELIVERED_KEY in place.posted:
+            return
+        payload = undelivered_notice(session_id=record.id, task=record.task, target=record.target,
+                                     channel=place.channel, error=error)
+        try:
+            ts = self.sender.post(channel=owner, thread_ts=None, payload=payload, scope=place.scope,
+                                  key=UNDELIVERED_KEY)
+        except (SlackRejected, SlackUnavailable) as exc:  # said at the next refusal, if there is one
+            log.warning("notifier: could not tell %s that session %s's channel refuses its posts (%s)", owner,
+                        place.scope, exc)
+            return
+        # A crash between the post and this record says it once more after the restart: better twice than never.
+        self._record(place, UNDELIVERED_KEY, ts, None, channel=owner)
+
     def _flush_edits(self, place: _Place, edits: dict[str, dict[str, Any]]) -> None:
         for key, payload in edits.items():
             ts, shown = place.posted[key]
@@ -292,9 +317,11 @@ class Notifier:
             self._record(place, key, ts, digest)
 
     # -- recording ------------------------------------------------------------------------------------------------
-    def _record(self, place: _Place, key: str, ts: str, digest: str | None, *, starts_thread: bool = False) -> None:
+    def _record(self, place: _Place, key: str, ts: str, digest: str | None, *, starts_thread: bool = False,
+                channel: str | None = None) -> None:
         with Session(self.engine) as s, s.begin():
-            outbox.record_message(s, scope=place.scope, key=key, channel=place.channel, ts=ts, content_hash=digest)
+            outbox.record_message(s, scope=place.scope, key=key, channel=channel or place.channel, ts=ts,
+                                  content_hash=digest)
             if starts_thread and place.on_root is not None:
                 place.on_root(s, ts)
         place.posted[key] = (ts, digest)

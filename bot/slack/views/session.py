@@ -261,6 +261,26 @@ def notice(text: str) -> Payload:
     return {"text": text[:3000], "blocks": sections(text)}
 
 
+_UNDELIVERED = {  # Slack's refusal -> what happened, and what brings the thread back
+    "not_in_channel": ("I am no longer a member of {channel}", "invite me back (`/invite @kernelbot` there)"),
+    "channel_not_found": ("I cannot see {channel} any more (a private channel I am not in, or a deleted one)",
+                          "invite me to it (`/invite @kernelbot` there)"),
+    "is_archived": ("{channel} was archived", "unarchive it"),
+}
+
+
+def undelivered_notice(*, session_id: str, task: str, target: str, channel: str, error: str) -> Payload:
+    """A direct message to a session's owner: Slack refuses the session's posts in its channel for good."""
+    what, fix = _UNDELIVERED.get(error, ("Slack refuses my posts in {channel}", "check the channel's settings"))
+    where = f"<#{channel}>"
+    text = (f"{what.format(channel=where)}, so I cannot post the updates of your session `{session_id}` "
+            f"(*{task}* on {target}) there: Slack says `{error}`. The session goes on.\n"
+            f"• To have its thread updated again, {fix}: the next updates then appear there.\n"
+            f"• To see the session now: `/kernel show {session_id}`.")
+    return {"text": f"Session {session_id} cannot post in its channel ({error}): /kernel show {session_id}",
+            "blocks": sections(text)}
+
+
 def answered(message: Payload, *, decision: str, user: str, at: float, text: str | None = None) -> Payload:
     """The message as it shows once answered: its buttons replaced by who decided what, and when (in each
     reader's own time zone: Slack's date format, with the time in UTC where a client cannot show it)."""

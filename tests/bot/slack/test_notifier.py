@@ -451,6 +451,34 @@ def test_slack_refuses_an_image_of_a_file_it_does_not_hold(slack: FakeSlack) -> 
     assert post("F99999") == "invalid_blocks"
 
 
+def test_the_owner_is_told_once_when_the_bot_is_removed_from_the_sessions_channel(
+        engine: Engine, settings: Settings, slack: FakeSlack, tmp_path: Path) -> None:
+    slack.burst = 1000  # the pace is tested elsewhere
+    from tests.fakes.slack_api import BOT_USER
+
+    channel = slack.add_channel("C7", members=("U1",))
+    sid = hitl_script.start(engine, channel="C7")
+    hitl_script.machine(engine, settings, tmp_path / "k").run(sid)
+    assert notifier(engine, slack).drain(30)
+    assert not slack.dm("U1")
+    channel.members.discard(BOT_USER)  # someone removes the bot mid-session
+    decide(engine, session_id=sid, actor="U1", action="approve", via="button")
+    hitl_script.machine(engine, settings, tmp_path / "k").run(sid)
+    assert notifier(engine, slack, ChannelPacer(per_second=1000.0, burst=1000)).drain(30)
+    with Session(engine) as s:
+        failed = s.exec(select(EventDelivery).where(EventDelivery.status == "failed")).all()
+    assert len(failed) > 3 and {d.last_error for d in failed} == {"not_in_channel"}  # every event refused...
+    (told,) = slack.dm("U1")  # ... and the owner told once
+    assert "no longer a member of <#C7>" in text_of(told) and f"/kernel show {sid}" in text_of(told)
+    assert "*softmax* on v6e" in text_of(told) and "`not_in_channel`" in text_of(told)
+    assert "/invite @kernelbot" in text_of(told)
+
+    decide(engine, session_id=sid, actor="U1", action="iterate", via="button")  # after a restart: still once
+    hitl_script.machine(engine, settings, tmp_path / "k").run(sid)
+    assert notifier(engine, slack, ChannelPacer(per_second=1000.0, burst=1000)).drain(30)
+    assert len(slack.dm("U1")) == 1
+
+
 def test_the_result_card_gives_the_estimates_likely_range(
         engine: Engine, settings: Settings, slack: FakeSlack, tmp_path: Path) -> None:
     from agents.auto import StageCallback
