@@ -58,12 +58,13 @@ class Post:
     text: str
     blocks: list[dict[str, Any]]
     files: list[SlackFile]
+    images: dict[str, SlackFile] = field(default_factory=dict)  # the files its image blocks show, by id
 
 
 @dataclass
 class Shots:
     thread: list[Post] = field(default_factory=list)  # the HITL session's thread at the end
-    result: list[Post] = field(default_factory=list)  # the chart and the result card while it waits
+    result: list[Post] = field(default_factory=list)  # the trace and the result card (its chart inside) while it waits
     plan: list[Post] = field(default_factory=list)  # a plan card while it waits for a decision
     modal: dict[str, Any] = field(default_factory=dict)  # the redirect modal as opened
     home: dict[str, Any] = field(default_factory=dict)  # ana's App Home
@@ -83,10 +84,15 @@ class Story:
     def __init__(self, url: str, slack: Any, server: Any):
         self.url, self.slack, self.server = url, slack, server
 
+    def _file(self, file_id: str) -> SlackFile:
+        stored = self.slack.files[file_id]
+        return SlackFile(str(stored["name"]), str(stored.get("title") or ""), bytes(stored["content"] or b""))
+
     def post(self, m: Any) -> Post:
-        files = [SlackFile(str(self.slack.files[f]["name"]), str(self.slack.files[f].get("title") or ""),
-                           bytes(self.slack.files[f]["content"] or b"")) for f in m.files if f in self.slack.files]
-        return Post(m.user, m.ts, m.text, copy.deepcopy(m.blocks), files)
+        shown = [str(b["slack_file"]["id"]) for b in m.blocks if b.get("type") == "image" and b.get("slack_file")]
+        return Post(m.user, m.ts, m.text, copy.deepcopy(m.blocks),
+                    [self._file(f) for f in m.files if f in self.slack.files],
+                    {f: self._file(f) for f in shown if f in self.slack.files})
 
     def thread_ts(self, session_id: str) -> str | None:
         from sqlmodel import Session
@@ -137,11 +143,11 @@ def play(story: Story, say: Callable[[str], None]) -> Shots:
 
     shots = Shots()
     slack = story.slack
-    sid = _session_id(command(story.url, "new softmax --brain offline --budget 2")[1])
+    sid = _session_id(command(story.url, "new softmax --brain offline --budget 2", fake=slack)[1])
     say(f"/kernel new softmax: session {sid}")
     story.card(sid, "approve")
     before = len(story.thread(sid))
-    story.reply_in_thread(sid, "rows 64")
+    story.reply_in_thread(sid, "redirect: rows 64")  # addressed to the bot, as a redirect must be
     plan = story.card(sid, "approve", after=before)
     say("a thread reply redirected the plan")
 
@@ -150,8 +156,8 @@ def play(story: Story, say: Callable[[str], None]) -> Shots:
     click(story.url, action_id="approve", value=buttons(plan)["approve"])
     result = story.card(sid, "iterate")
     thread = story.thread(sid)
-    chart = next(m for m in thread if any(slack.files[f]["name"].startswith("profile_") for f in m.files))
-    shots.result = [story.post(chart), story.post(result)]
+    trace = next(m for m in thread if any(slack.files[f]["name"].endswith(".trace.json") for f in m.files))
+    shots.result = [story.post(trace), story.post(result)]
     say("approved: the result card came")
 
     click(story.url, action_id="handoff", value=buttons(result)["handoff"])
@@ -159,14 +165,15 @@ def play(story: Story, say: Callable[[str], None]) -> Shots:
              timeout=SESSION_TIMEOUT)
     say("handed off to Auto: its summary came")
 
-    search = _session_id(command(story.url, "search layer_norm --strategy beam --budget 2 --brain offline")[1])
-    waiting = _session_id(command(story.url, "new rms_norm --brain offline")[1])
+    search = _session_id(command(story.url, "search layer_norm --strategy beam --budget 2 --brain offline",
+                                 fake=slack)[1])
+    waiting = _session_id(command(story.url, "new rms_norm --brain offline", fake=slack)[1])
     shots.plan = [story.post(story.card(waiting, "approve"))]
     wait_for("the search's summary", lambda: any("Search finished" in text_of(m) for m in story.thread(search)),
              timeout=SESSION_TIMEOUT)
     say("a search finished; another session waits for its plan's approval")
 
-    command(story.url, "digest now")
+    command(story.url, "digest now", fake=slack)
 
     def digest_posts() -> list[Any]:
         with slack.lock:
@@ -538,7 +545,8 @@ def header_box(text: str, width: int) -> Box:
 
 
 FILE_KINDS = {".py": ("PY", (54, 118, 191), "Python"), ".diff": ("DIFF", (46, 160, 67), "Diff"),
-              ".md": ("MD", (97, 96, 97), "Markdown"), ".png": ("PNG", (232, 145, 45), "PNG")}
+              ".md": ("MD", (97, 96, 97), "Markdown"), ".png": ("PNG", (232, 145, 45), "PNG"),
+              ".json": ("JSON", (97, 96, 97), "JSON")}
 
 
 def file_chip_box(file: SlackFile) -> Box:
@@ -597,11 +605,14 @@ def input_box(block: dict[str, Any], width: int) -> Box:
     return Box(width, label.height + px(6) + height, paint)
 
 
-def blocks_box(blocks: list[dict[str, Any]], width: int, *, max_lines: int | None = None) -> Box:
+def blocks_box(blocks: list[dict[str, Any]], width: int, *, max_lines: int | None = None,
+               images: dict[str, SlackFile] | None = None) -> Box:
     boxes: list[Box] = []
     for block in blocks:
         kind = block.get("type")
-        if kind == "section":
+        if kind == "image" and (images or {}).get(str((block.get("slack_file") or {}).get("id"))):
+            boxes.append(image_box((images or {})[str(block["slack_file"]["id"])], width))
+        elif kind == "section":
             boxes.append(mrkdwn_box(block["text"]["text"], width, max_lines=max_lines))
         elif kind == "context":
             boxes.append(context_box(block.get("elements", []), width))
@@ -632,7 +643,7 @@ def message_box(post: Post, width: int, *, max_lines: int | None = None) -> Box:
     inner = width - 2 * pad - side
     content: list[Box] = []
     if post.blocks:
-        content.append(blocks_box(post.blocks, inner, max_lines=max_lines))
+        content.append(blocks_box(post.blocks, inner, max_lines=max_lines, images=post.images))
     elif post.text:
         content.append(mrkdwn_box(post.text, inner, max_lines=max_lines))
     for f in post.files:
