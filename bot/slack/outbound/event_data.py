@@ -154,6 +154,17 @@ def _progress(data: SessionData, s: Session) -> Progress:
                     last_error=last_error)
 
 
+def _unevaluated(data: SessionData) -> int | None:
+    """The latest kernel, when no evaluation of it was recorded (a session cancelled before it ran)."""
+    code_steps = _code_steps(data)
+    if not code_steps:
+        return None
+    last = code_steps[-1]
+    if any(st.kind == "evaluate" and st.index > last.index for st in data.steps):
+        return None
+    return int(last.outputs["candidate_id"])
+
+
 def _running_cycle(data: SessionData) -> int | None:
     """The candidate whose evaluation is under way (the latest work was a kernel written or fixed), if any."""
     work = [st for st in data.steps if st.kind != "decision" and st.status == "done"]
@@ -168,8 +179,8 @@ def _latest_evaluation(data: SessionData, before_step: int) -> Step | None:
 
 @dataclass(frozen=True)
 class _Shown:
-    """A card and the files beside it: its evaluation's chart and trace (drawn only when asked: a card that is
-    only edited refers to the chart uploaded with it)."""
+    """A card and its files: a result card's chart, Auto's summary's trace of the best kernel (drawn only when
+    asked: a card that is only edited refers to the chart uploaded with it)."""
 
     card: Card | None
     chart: bytes | None = None
@@ -177,7 +188,8 @@ class _Shown:
 
 
 def _card(data: SessionData, step_index: int | None, *, summary: bool = False, files: bool = False) -> _Shown:
-    """The card for a waiting step (plan to approve, result to decide on) or for Auto's summary, with its files."""
+    """The card for a waiting step (plan to approve, result to decide on) or for Auto's summary, with its files
+    (a result's trace comes with its kernel, at its evaluate step)."""
     step = data.step(step_index)
     if step is None or step_index is None:
         return _Shown(None)
@@ -212,8 +224,7 @@ def _card(data: SessionData, step_index: int | None, *, summary: bool = False, f
     if not files:  # shown again (answered): it shows the chart uploaded with it, if there was one
         return _Shown(replace(card, chart=card.chart_key in data.posted))
     chart = chart_png(e.result, f"{task} on {target}") if e else None
-    trace = profile_trace(e.result, task=task, target=target) if e else None
-    return _Shown(replace(card, chart=chart is not None), chart, trace)
+    return _Shown(replace(card, chart=chart is not None), chart)
 
 
 def event_view(s: Session, data: SessionData, event: SessionEvent) -> EventView:
@@ -228,11 +239,17 @@ def event_view(s: Session, data: SessionData, event: SessionEvent) -> EventView:
     if event.kind in ("step", "progress") and payload.get("candidate_id") is not None and mode != "search":
         facts = _kernel_facts(data, int(payload["candidate_id"]))
         view.update(version=facts.get("version", 0), anchor=facts.get("anchor"))
-        if event.kind == "step" and payload.get("kind") in ("implement", "debug"):
-            view.update(code=facts.get("code"), diff=facts.get("diff"))
+        if event.kind == "step" and payload.get("kind") == "evaluate" and mode == "hitl":  # its files, at last
+            e = data.evaluations.get(int(payload["candidate_id"]))
+            view.update(candidate=int(payload["candidate_id"]), code=facts.get("code"), diff=facts.get("diff"),
+                        trace=profile_trace(e.result, task=data.record.task, target=data.record.target) if e
+                        else None)
+    if event.kind == "hitl_finished" and mode == "hitl" and (never := _unevaluated(data)) is not None:
+        facts = _kernel_facts(data, never)
+        view.update(candidate=never, version=facts.get("version", 0), code=facts.get("code"), diff=facts.get("diff"))
     if event.kind == "hitl_paused" and str(payload.get("stop_reason", "")).startswith("await_"):
         shown = _card(data, payload.get("awaits_step"), files=True)
-        view.update(card=shown.card, chart=shown.chart, trace=shown.trace)
+        view.update(card=shown.card, chart=shown.chart)
     if event.kind == "auto_finished" and data.record.status != "cancelled":
         shown = _card(data, payload.get("awaits_step"), summary=True, files=True)
         view.update(card=shown.card, trace=shown.trace)

@@ -2,12 +2,17 @@
 (gathered by the notifier), to the messages that show it.
 
 A thread holds: the root message (its status line edited in place), a card for each step that waits for a
-person (plan, result, Auto's summary; buttons bound to the step, replaced by who answered once answered), one
-progress message per implement-evaluate cycle edited through the stages and the self-debugger's fixes (in Auto,
-one message for the whole run), and files: each kernel with its diff in one message, and the profile as a trace
-beside the result card. The profile chart is inside the card: uploaded without being shared, it is referred to by
-its upload's key (`file_ref`) and the notifier puts in the file's id (`with_files`). Every message has a key
-unique in its session, so showing it again edits it and a retried event posts nothing twice.
+person (plan, result, Auto's summary; buttons bound to the step, replaced by who answered once answered), and for
+each HITL implement-evaluate cycle four replies: its plan card, one progress message edited through the stages
+(kernel vN implemented, compiling, testing, profiling, evaluated) and the self-debugger's fixes, one files message
+per evaluation posted with its verdict (the evaluated kernel, its diff against the version before it and the
+profile as a trace), and the result card. A fixed kernel's files come with its own evaluation; a kernel a
+cancelled session never evaluated comes alone when the session ends. Auto edits one progress message for the
+whole run and ends with the best kernel beside its summary. The profile chart is inside the result card:
+uploaded without being shared, it is referred to by its upload's key (`file_ref`) and the notifier puts in the
+file's id (`with_files`). Every message has a key unique in its session (a files message's is its kernel's file
+name, and any of its files' names finds it again after a crash), so showing it again edits it and a retried
+event posts nothing twice.
 """
 
 from __future__ import annotations
@@ -146,11 +151,12 @@ class EventView:
     session: SessionView
     card: Card | None = None  # the card a paused event shows or a decision answers
     anchor: int | None = None  # the cycle's first candidate: its progress message is `progress:<anchor>`
+    candidate: int | None = None  # the kernel whose files this event posts (`code`)
     version: int = 0  # which kernel of the session a candidate is (1, 2, ...)
-    code: str | None = None  # an implemented or fixed kernel
+    code: str | None = None  # a kernel just evaluated (HITL), or one a cancelled session never evaluated
     diff: str | None = None  # ... against the kernel before it
     chart: bytes | None = None  # the profile chart of the card's evaluation
-    trace: bytes | None = None  # ... and its profile as a Chrome trace (`tpu_runner.trace_export`)
+    trace: bytes | None = None  # a profile as a Chrome trace (`tpu_runner.trace_export`): `code`'s, or Auto's best's
     kernel: str | None = None  # the best kernel, for a summary
     progress: Progress = field(default_factory=Progress)
 
@@ -185,7 +191,7 @@ def _auto(event: EventView, doing: str, *, running: bool = True) -> Show:
                                              running=running and event.session.running))
 
 
-def _cycle(event: EventView, *, stage: str = "queued", note: str = "", done: str = "") -> Show:
+def _cycle(event: EventView, *, stage: str = "implemented", note: str = "", done: str = "") -> Show:
     title = f"Kernel v{event.version}" if event.version else "Kernel"
     return Show(f"progress:{event.anchor}", blocks.progress_message(title=title, stage=stage, note=note, done=done,
                                                                     session_id=event.session.id,
@@ -199,52 +205,53 @@ def _search(event: EventView, *, running: bool = True) -> Show:
                                                           running=running and s.running))
 
 
-def _kernel_files(event: EventView, candidate: int, what: str) -> list[Op]:
-    """The kernel and its diff against the one before it, in one message."""
-    if event.code is None:
+def _kernel_files(event: EventView, how: str) -> list[Op]:
+    """One message: the kernel, its diff against the version before it and the profile trace of its evaluation
+    (`how` it went), those it has."""
+    if event.code is None or event.candidate is None:
         return []
-    diff = (File(f"candidate_{candidate}.diff", event.diff.encode(),
-                 f"diff of kernel v{event.version} against the previous version"),) if event.diff else ()
-    return [Upload(f"file:candidate_{candidate}.py", f"candidate_{candidate}.py", event.code.encode(),
-                   f"kernel v{event.version} (candidate {candidate})", what, more=diff)]
-
-
-def _profile_files(event: EventView, card: Card) -> list[Op]:
-    """The trace of the card's evaluation beside the card, and its chart uploaded for the card to show."""
-    ops: list[Op] = []
+    n, v = event.candidate, event.version
+    more, what = [], ["the code"]
+    if event.diff:
+        more.append(File(f"candidate_{n}.diff", event.diff.encode(), f"diff of kernel v{v} against v{v - 1}"))
+        what.append(f"its diff against v{v - 1}")
     if event.trace:
-        ops.append(Upload(f"file:profile_{card.step}.trace.json", f"profile_step{card.step}.trace.json", event.trace,
-                          "profile trace (open in ui.perfetto.dev or chrome://tracing)",
-                          "The profile op by op, to open in ui.perfetto.dev:"))
-    if event.chart:
-        ops.append(Upload(card.chart_key, f"profile_step{card.step}.png", event.chart, "profile chart", shared=False))
-    return ops
+        more.append(File(f"candidate_{n}.trace.json", event.trace,
+                         f"profile trace of kernel v{v} (open in ui.perfetto.dev or chrome://tracing)"))
+        what.append("its profile op by op (open the trace in ui.perfetto.dev)")
+    listed = what[0] if len(what) == 1 else f"{', '.join(what[:-1])} and {what[-1]}"
+    return [Upload(f"file:candidate_{n}.py", f"candidate_{n}.py", event.code.encode(), f"kernel v{v} (candidate {n})",
+                   f"Kernel v{v}, {how}: {listed}.", more=tuple(more))]
+
+
+def _chart_upload(event: EventView, card: Card) -> list[Op]:
+    """The chart of the card's evaluation, uploaded unshared for the card to show."""
+    if not event.chart:
+        return []
+    return [Upload(card.chart_key, f"profile_step{card.step}.png", event.chart, "profile chart", shared=False)]
 
 
 def _step_ops(event: EventView) -> list[Op]:
     kind, p = event.payload.get("kind"), event.payload
     auto = event.session.mode == "auto"
-    candidate = p.get("candidate_id")
     verdict = p.get("verdict")
     if kind == "plan":
         return [_auto(event, "planning")] if auto else [root(event, "plan ready: waiting for a decision")]
     if kind == "implement":
         if auto:
             return [_auto(event, f"implemented kernel v{event.version}; evaluating")]
-        return [*_kernel_files(event, candidate, f"Implemented the approved plan: kernel v{event.version}."),
-                _cycle(event), root(event, f"evaluating kernel v{event.version}")]
+        return [_cycle(event), root(event, f"evaluating kernel v{event.version}")]
     if kind == "debug":
         attempt = f"{event.progress.debug_attempts}/{event.session.max_debug_attempts}"
         error = event.progress.last_error or "the"
         if auto:
             return [_auto(event, f"fixing {error} error {attempt}")]
-        return [*_kernel_files(event, candidate, f"Self-debugger's fix {attempt}: kernel v{event.version}."),
-                _cycle(event, note=f"fixing {error} error {attempt}: kernel v{event.version} queued")]
+        return [_cycle(event, note=f"fixing {error} error {attempt}: the self-debugger wrote kernel v{event.version}")]
     if kind == "evaluate":
         line = f"evaluated: {p.get('message') or verdict}".strip()[:1500]
         if auto:
             return [_auto(event, f"kernel v{event.version}: {verdict}")]
-        ops: list[Op] = [_cycle(event, done=line)]
+        ops: list[Op] = [_cycle(event, done=line), *_kernel_files(event, f"evaluated ({verdict})")]
         if verdict not in ("ok", "unverified"):
             ops.append(root(event, f"kernel v{event.version}: {verdict}; the self-debugger is on it"))
         return ops
@@ -287,7 +294,7 @@ def ops_for(event: EventView) -> list[Op]:
     if event.kind == "step":
         return _step_ops(event)
     if event.kind == "progress":
-        stage = str(p.get("stage", "queued"))
+        stage = str(p.get("stage", "implemented"))
         if s.mode == "auto":
             return [_auto(event, f"kernel v{event.version}: {blocks.progress_text(stage)}")]
         return [_cycle(event, stage=stage)]
@@ -296,7 +303,7 @@ def ops_for(event: EventView) -> list[Op]:
         if event.card.kind == "plan" and kit.too_long(event.card.plan):
             ops.append(Upload(f"file:plan_{event.card.step}.md", f"plan_step{event.card.step}.md",
                               event.card.plan.encode(), "the full plan", "The plan in full:"))
-        ops += _profile_files(event, event.card)
+        ops += _chart_upload(event, event.card)
         ops.append(Show(event.card.key, card_payload(event, event.card)))
         waiting = "approval of the plan" if event.card.kind == "plan" else "a decision on the result"
         ops.append(root(event, f"waiting for {waiting}"))
@@ -317,7 +324,8 @@ def ops_for(event: EventView) -> list[Op]:
                 root(event, f"Auto finished after {p.get('evaluations', 0)} evaluation(s): {_best_line(event)}")]
         return ops
     if event.kind in ("hitl_finished", "auto_finished"):
-        return [root(event, f"{'cancelled' if s.status == 'cancelled' else 'finished'}: {_best_line(event)}")]
+        return [*_kernel_files(event, f"not evaluated ({s.status})"),
+                root(event, f"{'cancelled' if s.status == 'cancelled' else 'finished'}: {_best_line(event)}")]
     if event.kind == "decision":
         return _decision_ops(event)
     if event.kind == "job_done" and s.mode == "search":

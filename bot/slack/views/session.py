@@ -15,7 +15,7 @@ from agents.plan_parameters import plan_parameters, without_parameters
 from bot.slack.views.kit import Block, Payload, actions, button, capped, confirm, context, fields, mrkdwn, sections
 from bot.speedup import outcome_speedup
 
-STAGES = ("queued", "compiling", "testing", "profiling")
+STAGES = ("implemented", "compiling", "testing", "profiling")
 _STAGE_OF = {"static": "compiling", "lower": "compiling", "compile": "compiling", "reference": "compiling",
              "correctness": "testing", "performance": "profiling", "profile": "profiling"}
 DECISION_LABELS = {
@@ -182,15 +182,15 @@ def result_card(*, session_id: str, step: int, outcome: dict[str, Any], chart: s
 
 
 def progress_text(stage: str) -> str:
-    """queued → compiling → testing → profiling, with the current stage in bold."""
+    """implemented → compiling → testing → profiling, with the current stage in bold."""
     current = _STAGE_OF.get(stage, stage)
     return " → ".join(f"*{s}*" if s == current else s for s in STAGES)
 
 
 def progress_message(*, title: str, stage: str, note: str = "", done: str = "", session_id: str = "",
                      running: bool = True) -> Payload:
-    """One message per implement-evaluate cycle, edited as the runner moves through the stages; while the cycle
-    runs (not `done`) it has a Cancel button for the session."""
+    """One message per implement-evaluate cycle, edited from the kernel implemented through the runner's stages to
+    its evaluation (`done`); while the cycle runs it has a Cancel button for the session."""
     line = done or progress_text(stage)
     text = f"{title}: {line}" + (f"\n{note}" if note else "")
     blocks = sections(text)

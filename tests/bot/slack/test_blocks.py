@@ -72,7 +72,7 @@ def test_result_card_root_and_progress() -> None:
     assert [e["action_id"] for e in card["blocks"][-1]["elements"]] == ["iterate", "redirect", "handoff", "finish"]
     root = session_root(session_id="s1", task="softmax", target="v6e", mode="hitl", owner="U1", status="planning")
     assert "status: planning" in json.dumps(root) and "<@U1>" in json.dumps(root)
-    assert progress_text("correctness") == "queued → compiling → *testing* → profiling"
+    assert progress_text("correctness") == "implemented → compiling → *testing* → profiling"
 
 
 _CARDS = {

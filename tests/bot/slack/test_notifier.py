@@ -82,13 +82,16 @@ def test_a_hitl_thread_shows_the_plan_then_the_kernel_the_progress_and_the_resul
     answered = slack.find("C1", plan.ts)
     assert answered is not None and not any(b["type"] == "actions" for b in answered.blocks)
     assert "Approved by <@U2>, <!date^" in text_of(answered)  # in each reader's time zone
-    files = [slack.files[f]["name"] for m in thread for f in m.files]
-    assert files[0].startswith("candidate_") and files[0].endswith(".py") and "profile_step" in files[-1]
-    kernel = next(f for m in thread for f in m.files if slack.files[f]["name"] == files[0])
+    files = [[slack.files[f]["name"] for f in m.files] for m in thread if m.files]
+    assert files == [["candidate_1.py", "candidate_1.trace.json"]]  # the kernel and its profile, as evaluated
+    kernel = next(f for m in thread for f in m.files if slack.files[f]["name"] == "candidate_1.py")
     assert b"pallas_call" in slack.files[kernel]["content"]
     progress = next(m for m in thread if (m.metadata or {}).get("event_payload", {}).get("key", "").startswith(
         "progress:"))
     assert progress.edits >= 1 and "evaluated: ok: x2.00" in text_of(progress)  # edited through to the verdict
+    shown = [json.dumps(args.get("blocks")) for method, args in slack.calls if method in ("chat.postMessage",
+                                                                                          "chat.update")]
+    assert any("Kernel v1: *implemented*" in b for b in shown)  # the code exists before its file comes
     card = thread[-1]
     assert "Result: ok" in text_of(card) and "x2.00 estimated" in text_of(card)
     assert "passed (4/4 cases" in text_of(card) and "100% of what the chip allows" in text_of(card)
@@ -289,8 +292,9 @@ def test_a_compile_failure_is_fixed_without_asking_and_shown_as_it_happens(
     n.close()
     edits = [json.dumps(args.get("blocks")) for method, args in slack.calls if method == "chat.update"]
     assert any("fixing vmem_oom error 1/3" in e for e in edits)
-    names = [slack.files[f]["name"] for m in thread_of(engine, slack, sid) for f in m.files]
-    assert sum(n.endswith(".py") for n in names) == 2 and sum(n.endswith(".diff") for n in names) == 1
+    # Each kernel comes with its evaluation: the failed one alone, the fix with its diff and its profile.
+    names = [[slack.files[f]["name"] for f in m.files] for m in thread_of(engine, slack, sid) if m.files]
+    assert names == [["candidate_1.py"], ["candidate_2.py", "candidate_2.diff", "candidate_2.trace.json"]]
     card = thread_of(engine, slack, sid)[-1]
     assert "Result: ok" in text_of(card)
 
@@ -355,7 +359,7 @@ def _two_evaluations(engine: Engine, settings: Settings, workdir: Path, channel:
     return sid
 
 
-def test_the_result_card_shows_its_chart_and_the_trace_is_beside_it(
+def test_the_result_card_shows_its_chart_and_the_trace_comes_with_the_kernel(
         engine: Engine, settings: Settings, slack: FakeSlack, tmp_path: Path) -> None:
     slack.burst = 1000  # the pace is tested elsewhere
     sid = hitl_script.start(engine, channel="C1")
@@ -369,8 +373,8 @@ def test_the_result_card_shows_its_chart_and_the_trace_is_beside_it(
     assert not any(chart in m.files for m in slack.messages["C1"])  # uploaded for the card, shared nowhere
     image = next(b for b in card.blocks if b["type"] == "image")
     assert "profile chart" in image["alt_text"] and "x2.00 estimated" in image["alt_text"]
-    (trace_id,) = thread[-2].files  # the trace, right above the card
-    assert slack.files[trace_id]["name"] == "profile_step5.trace.json"
+    kernel_id, trace_id = thread[-2].files  # the kernel and its trace, right above the card
+    assert [slack.files[f]["name"] for f in (kernel_id, trace_id)] == ["candidate_1.py", "candidate_1.trace.json"]
     trace = json.loads(slack.files[trace_id]["content"])
     assert trace["otherData"]["task"] == "softmax" and trace["otherData"]["target"] == "v6e"
     assert {e["pid"] for e in trace["traceEvents"] if e["ph"] == "X"} == {1, 2, 3}
@@ -383,21 +387,71 @@ def test_the_result_card_shows_its_chart_and_the_trace_is_beside_it(
     assert _images(answered) == [chart]  # the answered card keeps its chart
 
 
-def test_a_two_evaluation_session_posts_ten_replies_where_it_posted_eleven(
+def test_a_two_evaluation_session_posts_eight_replies_where_it_posted_ten(
         engine: Engine, settings: Settings, slack: FakeSlack, tmp_path: Path) -> None:
-    """Per cycle: the kernel and its diff in one message, one progress message edited through its stages, the
-    trace, and the card with the chart inside it (it was: kernel, diff, progress, chart, card)."""
+    """Per cycle: the plan, one progress message edited through its stages, one message with the evaluated
+    kernel, its diff and its profile trace, and the card with the chart inside it (it was: plan, kernel and
+    diff, progress, trace, card)."""
     slack.burst = 1000  # the pace is tested elsewhere
     sid = _two_evaluations(engine, settings, tmp_path / "k")
     assert notifier(engine, slack, ChannelPacer(per_second=1000.0, burst=1000)).drain(30)
     thread = thread_of(engine, slack, sid)
     names = [[slack.files[f]["name"] for f in m.files] for m in thread[1:]]
-    assert names == [[], ["candidate_1.py"], [], ["profile_step5.trace.json"], [],
-                     [], ["candidate_2.py", "candidate_2.diff"], [], ["profile_step11.trace.json"], []]
+    assert names == [[], [], ["candidate_1.py", "candidate_1.trace.json"], [],
+                     [], [], ["candidate_2.py", "candidate_2.diff", "candidate_2.trace.json"], []]
     assert [k for k in keys(thread[1:]) if not k.startswith("file:")] == [
         "card:1", "progress:1", "card:5", "card:7", "progress:2", "card:11"]
-    assert len(thread) - 1 == 10
+    assert len(thread) - 1 == 8
+    progress = [slack.find("C1", m.ts) for m in thread if keys([m])[0].startswith("progress:")]
+    assert ["Kernel v1: evaluated: ok" in text_of(progress[0]), "Kernel v2: evaluated: ok" in text_of(progress[1])] \
+        == [True, True]
     assert all(len(_images(slack.find("C1", m.ts))) == 1 for m in thread if keys([m])[0] in ("card:5", "card:11"))
+
+
+def test_a_files_message_whose_answer_was_lost_is_found_again_by_a_files_name_and_not_posted_twice(
+        engine: Engine, settings: Settings, slack: FakeSlack, tmp_path: Path) -> None:
+    slack.burst = 1000  # the pace is tested elsewhere
+    lost: list[str] = []
+
+    def lose_the_files_answer(message: Message) -> None:  # the kernel, diff and trace are stored, then the answer lost
+        if len(message.files) == 3 and not lost:
+            lost.append(message.ts)
+            raise ConnectionAbortedError("answer lost")
+
+    slack.after_post = lose_the_files_answer
+    sid = _two_evaluations(engine, settings, tmp_path / "k")
+    assert notifier(engine, slack, ChannelPacer(per_second=1000.0, burst=1000)).drain(60)
+    assert lost
+    thread = thread_of(engine, slack, sid)
+    assert [[slack.files[f]["name"] for f in m.files] for m in thread if m.files] == [
+        ["candidate_1.py", "candidate_1.trace.json"], ["candidate_2.py", "candidate_2.diff", "candidate_2.trace.json"]]
+    assert sorted(stored["name"] for stored in slack.files.values() if stored["name"].startswith("candidate_2")) == [
+        "candidate_2.diff", "candidate_2.py", "candidate_2.trace.json"]  # uploaded once
+    assert len(thread) - 1 == 8
+
+
+def test_a_kernel_cancelled_before_its_evaluation_still_comes_to_the_thread(
+        engine: Engine, settings: Settings, slack: FakeSlack, tmp_path: Path) -> None:
+    from agents.commands import cancel_session
+
+    slack.burst = 1000  # the pace is tested elsewhere
+    sid = hitl_script.start(engine, channel="C1")
+    hitl = hitl_script.machine(engine, settings, tmp_path / "k")
+    hitl.run(sid)
+    decide(engine, session_id=sid, actor="U1", action="approve", via="button")
+
+    def cancel_once_implemented(action: str, outputs: dict) -> None:
+        if action == "implement":
+            cancel_session(engine, session_id=sid, actor="U1")
+
+    hitl.on_step = cancel_once_implemented
+    hitl.run(sid)  # implements, then stops: cancelled before the evaluation
+    assert notifier(engine, slack, ChannelPacer(per_second=1000.0, burst=1000)).drain(30)
+    thread = thread_of(engine, slack, sid)
+    (files,) = [m for m in thread if m.files]
+    assert [slack.files[f]["name"] for f in files.files] == ["candidate_1.py"] and files is thread[-1]
+    assert "Kernel v1, not evaluated (cancelled)" in files.text
+    assert "cancelled" in text_of(slack.find("C1", thread[0].ts))
 
 
 def test_a_chart_upload_is_recorded_so_a_retried_card_shows_it_without_uploading_it_again(

@@ -112,14 +112,14 @@ def test_a_hitl_session_from_slash_command_to_auto_summary(team: Team) -> None:
     wait_for("the stale click's answer", lambda: [e for e in team.slack.ephemeral if e.get("user") == "U1"
                                                   and "moved on" in e["text"]])
 
-    # Approve: the kernel as a file, one progress message edited through the stages, the profile trace, the
-    # result card with the chart inside it.
+    # Approve: one progress message edited through the stages, the kernel and its profile trace in one message,
+    # the result card with the chart inside it.
     click(team.url, action_id="approve", value=buttons(plan3)["approve"], user="U1")
     result = team.card(sid, "iterate")
     thread = team.thread(sid)
-    names = [team.slack.files[f]["name"] for m in thread for f in m.files]
-    assert any(n.startswith("candidate_") and n.endswith(".py") for n in names)
-    assert any(n.startswith("profile_step") and n.endswith(".trace.json") for n in names)
+    names = [[team.slack.files[f]["name"] for f in m.files] for m in thread if m.files]
+    assert len(names) == 1 and len(names[0]) == 2 and names[0][0].startswith("candidate_")
+    assert names[0][0].endswith(".py") and names[0][1] == names[0][0].replace(".py", ".trace.json")
     chart = next(b["slack_file"]["id"] for b in result.blocks if b["type"] == "image")
     assert team.slack.files[chart]["content"][:8] == b"\x89PNG\r\n\x1a\n"
     assert not any(chart in m.files for m in thread)  # shown in the card, posted nowhere
@@ -135,13 +135,15 @@ def test_a_hitl_session_from_slash_command_to_auto_summary(team: Team) -> None:
     assert "bound" in card and "correctness: passed" in card
     wait_for("Approved by <@U1>", lambda: "Approved by <@U1>" in text_of(team.slack.find("C1", plan3.ts)))
 
-    # Iterate: a new plan, and once approved the next kernel with its diff against the first.
+    # Iterate: a new plan, and once approved the next kernel with its diff against the first and its trace.
     click(team.url, action_id="iterate", value=buttons(result)["iterate"])
     plan4 = team.card(sid, "approve", after=len(team.thread(sid)))
     click(team.url, action_id="approve", value=buttons(plan4)["approve"])
     result = team.card(sid, "iterate", after=len(team.thread(sid)))
     diffs = [f for m in team.thread(sid) for f in m.files if team.slack.files[f]["name"].endswith(".diff")]
     assert len(diffs) == 1 and b"+++ kernel_v2.py" in team.slack.files[diffs[0]]["content"]
+    (second,) = [m for m in team.thread(sid) if diffs[0] in m.files]
+    assert len(second.files) == 3  # the kernel, its diff and its trace in one message
     assert len([m for m in team.thread(sid) if "progress:" in str(m.metadata)]) == 2  # one per cycle
 
     # Hand off to Auto: one progress message edited per iteration, then the summary as a new reply.
