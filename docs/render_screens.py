@@ -268,6 +268,16 @@ def _unescape(text: str) -> str:
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 
+def _slack_date(inner: str) -> str:
+    """`!date^UNIX^FORMAT|fallback` as Slack shows it to a reader (the pictures' reader is in UTC)."""
+    stamp, pattern = inner.split("|", 1)[0].split("^")[1:3]
+    t = int(stamp)
+    days = (int(time.time()) // 86400) - (t // 86400)
+    pretty = {0: "Today", 1: "Yesterday"}.get(days, time.strftime("%b %-d", time.gmtime(t)))
+    return (pattern.replace("{date_short_pretty}", pretty).replace("{time}", time.strftime("%H:%M", time.gmtime(t)))
+            .replace("{date_short}", time.strftime("%b %-d", time.gmtime(t))))
+
+
 def _entity(raw: str) -> tuple[str, frozenset[str]]:
     """What Slack shows for a code span, a mention, a date or a link."""
     if raw.startswith("`"):
@@ -278,6 +288,8 @@ def _entity(raw: str) -> tuple[str, frozenset[str]]:
     if inner.startswith("#"):
         channel = inner[1:].split("|")
         return "#" + (channel[1] if len(channel) > 1 else CHANNELS.get(channel[0], channel[0])), frozenset({"link"})
+    if inner.startswith("!date^"):
+        return _slack_date(inner), frozenset()
     if inner.startswith("!"):
         return _unescape(inner.split("|", 1)[1] if "|" in inner else inner[1:]), frozenset()
     label = inner.split("|", 1)[1] if "|" in inner else inner
@@ -605,6 +617,22 @@ def input_box(block: dict[str, Any], width: int) -> Box:
     return Box(width, label.height + px(6) + height, paint)
 
 
+def fields_box(fields: list[dict[str, Any]], width: int) -> Box:
+    """A section's fields as Slack lays them out: two a row."""
+    gap = px(16)
+    column = (width - gap) // 2
+    rows = []
+    for i in range(0, len(fields), 2):
+        pair = [mrkdwn_box(f["text"], column) for f in fields[i:i + 2]]
+
+        def paint(img: Image.Image, x: int, y: int, pair: list[Box] = pair) -> None:
+            for j, box in enumerate(pair):
+                box.paint(img, x + j * (column + gap), y)
+
+        rows.append(Box(width, max(b.height for b in pair), paint))
+    return vstack(rows, gap=4)
+
+
 def blocks_box(blocks: list[dict[str, Any]], width: int, *, max_lines: int | None = None,
                images: dict[str, SlackFile] | None = None) -> Box:
     boxes: list[Box] = []
@@ -613,7 +641,10 @@ def blocks_box(blocks: list[dict[str, Any]], width: int, *, max_lines: int | Non
         if kind == "image" and (images or {}).get(str((block.get("slack_file") or {}).get("id"))):
             boxes.append(image_box((images or {})[str(block["slack_file"]["id"])], width))
         elif kind == "section":
-            boxes.append(mrkdwn_box(block["text"]["text"], width, max_lines=max_lines))
+            if block.get("text"):
+                boxes.append(mrkdwn_box(block["text"]["text"], width, max_lines=max_lines))
+            if block.get("fields"):
+                boxes.append(fields_box(block["fields"], width))
         elif kind == "context":
             boxes.append(context_box(block.get("elements", []), width))
         elif kind == "actions":

@@ -59,7 +59,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("KERNELBOT_STEERERS", "none (the owner only)",
              "who else may steer sessions: `anyone`, or comma-separated user (`U...`) and user-group (`S...`) ids"),
     Variable("KERNELBOT_SUITES", "none", "extra task suite directories, `:`-separated (`tasks/` is always there)"),
-    Variable("KERNELBOT_DIGEST_CHANNELS", "none", "comma-separated channel ids that get the digest"),
+    Variable("KERNELBOT_DIGEST_CHANNELS", "none", "channel ids (comma-separated) that get the digest by default; "
+             "`/kernel digest subscribe` and `unsubscribe` change that without a restart"),
     Variable("KERNELBOT_DIGEST_CRON", "`0 9 * * *`",
              "when the digest goes out (crontab; a sixth, leading field is seconds)"),
     Variable("KERNELBOT_TIMEZONE", "`UTC`", "the time zone of digests and schedules (IANA name)"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from slack_bolt import App
@@ -18,6 +19,9 @@ from bot.slack.visibility import ChannelDirectory
 from storage.settings import Settings
 
 RATE_LIMIT_RETRIES = 2  # 429s a listener's call waits out before it gives up
+
+
+LISTENER_THREADS = 16
 
 
 class SlackSettingsError(ValueError):
@@ -77,7 +81,10 @@ def build_app(settings: Settings, engine: Engine, *, suites: list[Path] | None =
         app_token(settings)
     if not socket_mode and not settings.slack_signing_secret:
         raise SlackSettingsError("SLACK_SIGNING_SECRET is not set: HTTP mode verifies every request with it")
+    # Clicks and thread replies record their decisions on Bolt's listener threads; Bolt's default five would let a
+    # few of them waiting on a locked database hold up every other listener's ack behind them.
     app = App(client=client, signing_secret=settings.slack_signing_secret or "unused-in-socket-mode",
-              token_verification_enabled=False, process_before_response=False)
+              token_verification_enabled=False, process_before_response=False,
+              listener_executor=ThreadPoolExecutor(max_workers=LISTENER_THREADS, thread_name_prefix="bolt"))
     listeners.register(app, build_context(settings, engine, client, suites=suites, notify=notify))
     return app

@@ -150,11 +150,16 @@ class KernelCommands:
             return "No session is active here. `/kernel list` shows recent ones."
         return "Active sessions:\n" + "\n".join(session_line(r) for r in active)
 
+    def _session_shown(self, s: Session, session_id: str, *, user: str, channel: str) -> KernelSession:
+        """The session, if this person may see it here; a hidden one answers as one that does not exist."""
+        record = sessions.get_session(s, session_id=session_id)
+        if not self._shown([record], user=user, channel=channel, limit=1):
+            raise LookupError(f"no session {record.id}")
+        return record
+
     def do_show(self, command: Command, *, user: str, channel: str) -> Reply:
         with Session(self.ctx.engine) as s:
-            record = sessions.get_session(s, session_id=command.args["session"])
-            if not self._shown([record], user=user, channel=channel, limit=1):
-                raise LookupError(f"no session {record.id}")  # what a session that does not exist answers
+            record = self._session_shown(s, command.args["session"], user=user, channel=channel)
             steps = sessions.get_steps(s, session_id=record.id, status=None)
             lines = [session_line(record).removeprefix("• ")]
             for st in list(steps)[-12:]:
@@ -171,8 +176,10 @@ class KernelCommands:
     def do_digest(self, command: Command, *, user: str, channel: str) -> Reply:
         return digest_reply(self.ctx, command, user=user, channel=channel)
 
-    def do_cancel(self, command: Command, *, user: str, **_: Any) -> Reply:
+    def do_cancel(self, command: Command, *, user: str, channel: str) -> Reply:
         session_id = command.args["session"]
+        with Session(self.ctx.engine) as s:
+            self._session_shown(s, session_id, user=user, channel=channel)
         allowed, why = self.ctx.may_steer_session(user=user, session_id=session_id)
         if not allowed:
             return why

@@ -17,6 +17,7 @@ from bot.slack.listener_context import BotContext
 from bot.slack.outbound.digest import MANUAL_PREFIX, digest_text, gather_digest, period_start, record_digest
 from bot.slack.scheduler import SEARCH_KIND, CronError, next_fires, parse_cron, shortest_gap
 from bot.slack.slash import Command, closest
+from bot.slack.views.kit import slack_date
 from bot.slack.visibility import audience
 from bot.task_suites import suite_tasks
 from storage import digests, schedules
@@ -29,19 +30,14 @@ ADD_EXAMPLE = '`/kernel schedule add softmax "0 2 * * *" --budget 8`'
 STRATEGIES_WITHOUT_SEED = ("beam", "parallel", "hybrid")  # a schedule has no seed kernel for the autotuner
 
 
-def _when(t: float) -> str:
-    fallback = datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return f"<!date^{int(t)}^{{date_short_pretty}} {{time}}|{fallback}>"
-
-
 def _describe(row: Schedule) -> str:
     p = row.payload or {}
     try:
         fires = next_fires(parse_cron(row.cron, row.timezone), datetime.now(UTC), 1)
-        upcoming = f"next {_when(fires[0].timestamp())}" if fires else "never fires again"
+        upcoming = f"next {slack_date(fires[0].timestamp())}" if fires else "never fires again"
     except CronError as exc:
         upcoming = f"not scheduled: {exc}"
-    last = f", last {_when(row.last_run_at)}" if row.last_run_at else ""
+    last = f", last {slack_date(row.last_run_at)}" if row.last_run_at else ""
     where = f" in <#{row.channel}>" if row.channel else ""
     owner = f"<@{p['owner']}>" if p.get("owner") else "someone"
     return (f"• #{row.id} {p.get('strategy', 'beam')} search of *{p.get('task')}* ({p.get('budget')} evaluations, "
@@ -98,8 +94,9 @@ def _add(ctx: BotContext, command: Command, *, user: str, channel: str) -> str:
         return (f"*{task.task_id}* is already scheduled at `{cron}` in this channel{which}; "
                 "`/kernel schedule list` shows the schedules.")
     fires = next_fires(trigger, datetime.now(UTC), 1)
+    first = slack_date(fires[0].timestamp())
     return (f"Scheduled #{schedule_id}: a {config.strategy} search of *{task.task_id}* ({config.budget} "
-            f"evaluations, {target}, {brain} brain) at `{cron}` ({timezone}), first {_when(fires[0].timestamp())}. "
+            f"evaluations, {target}, {brain} brain) at `{cron}` ({timezone}), first {first}. "
             "Each result comes to a thread here; `/kernel schedule remove "
             f"{schedule_id}` stops it.")
 
@@ -147,7 +144,7 @@ def _digest_schedule(ctx: BotContext) -> str:
         fires = next_fires(parse_cron(cron, timezone), datetime.now(UTC), 1)
     except CronError as exc:
         return f"no digest goes out: KERNELBOT_DIGEST_CRON {exc}"
-    return f"at `{cron}` ({timezone})" + (f", next {_when(fires[0].timestamp())}" if fires else "")
+    return f"at `{cron}` ({timezone})" + (f", next {slack_date(fires[0].timestamp())}" if fires else "")
 
 
 def _digest_where(ctx: BotContext, *, user: str, channel: str) -> str:
@@ -161,7 +158,7 @@ def _digest_where(ctx: BotContext, *, user: str, channel: str) -> str:
         row = chosen.get(c)
         if row is None:
             return "KERNELBOT_DIGEST_CHANNELS"
-        return f"subscribed by {f'<@{row.changed_by}>' if row.changed_by else 'someone'} {_when(row.changed_at)}"
+        return f"subscribed by {f'<@{row.changed_by}>' if row.changed_by else 'someone'} {slack_date(row.changed_at)}"
 
     if not targets:
         return f"No channel gets the daily digest ({_digest_schedule(ctx)}). {DIGEST_HELP}"
@@ -216,11 +213,14 @@ def digest_reply(ctx: BotContext, command: Command, *, user: str, channel: str) 
             payload = gather_digest(s, since=since, until=until, shown=shown)
         return f"{digest_text(payload)}\n\n_A preview: nothing was posted. `/kernel digest now` posts it here._"
     if action == "now":
+        unreachable = ctx.channels.problem(channel)  # a digest the channel refuses would fail unseen
+        if unreachable:
+            return f"{unreachable.removesuffix(NOTHING_STARTED).strip()} No digest was posted."
         with Session(ctx.engine) as s:
             since = period_start(s, channel=channel, until=until)
         period = MANUAL_PREFIX + datetime.fromtimestamp(until, UTC).isoformat(timespec="seconds")
         if not record_digest(ctx.engine, channel=channel, period=period, since=since, until=until, shown=shown):
             return f"A digest for this channel was recorded this very second (`{period}`); it is on its way."
         ctx.notify()
-        return f"The digest since {_when(since)} is being posted in this channel (`{period}`)."
+        return f"The digest since {slack_date(since)} is being posted in this channel (`{period}`)."
     return f"`digest {action}` is not a digest command.{closest(action, list(DIGEST_ACTIONS))} {DIGEST_HELP}"

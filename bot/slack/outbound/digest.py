@@ -10,7 +10,6 @@ something to draw, the chart from `digest_chart`.
 from __future__ import annotations
 
 import io
-import time
 from typing import Any
 
 from sqlalchemy import Engine
@@ -20,7 +19,7 @@ from sqlmodel import Session
 from agents.auto_decide import StepRecord
 from agents.hitl import waiting_for
 from bot.slack.outbound.thread_ops import Op, Payload, Show, Upload
-from bot.slack.views.kit import MAX_BLOCKS, context, header, sections, thread_link
+from bot.slack.views.kit import MAX_BLOCKS, context, header, sections, slack_date, thread_link
 from bot.slack.visibility import Audience
 from bot.speedup import no_clear_gain, speedup_text, stored_band
 from storage import digests, queue, runners, sessions
@@ -164,12 +163,6 @@ def _one_line(text: Any, limit: int = REASON_CHARS) -> str:
     return _escape(flat if len(flat) <= limit else flat[:limit - 1] + "…")
 
 
-def _date(t: float) -> str:
-    """A time Slack shows in each reader's own time zone (UTC where it cannot)."""
-    fallback = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
-    return f"<!date^{int(t)}^{{date_short_pretty}} {{time}}|{fallback}>"
-
-
 def _who(user: str | None) -> str:
     return f"<@{user}>" if user else "its owner"
 
@@ -202,7 +195,7 @@ def _search_line(i: dict[str, Any]) -> str:
 def _awaiting_line(i: dict[str, Any]) -> str:
     what = _WAITS.get(i.get("waiting_for") or "", "to decide")
     return (f"• `{i['session']}` {i['mode']} on *{_one_line(i['task'], 80)}*: waits for {_who(i.get('owner'))} "
-            f"{what}, since {_date(i['since'])}{_link(i)}")
+            f"{what}, since {slack_date(i['since'])}{_link(i)}")
 
 
 def _job_line(i: dict[str, Any]) -> str:
@@ -276,7 +269,7 @@ def _span(payload: dict[str, Any]) -> str:
     since, until = payload.get("since"), payload.get("until")
     if since is None or until is None:
         return ""
-    return f"from {_date(float(since))} to {_date(float(until))}"
+    return f"from {slack_date(float(since))} to {slack_date(float(until))}"
 
 
 def build_digest(payload: dict[str, Any]) -> Payload:

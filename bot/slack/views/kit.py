@@ -4,6 +4,7 @@ modals, links, and the limits Slack sets on a message. Pure; every payload in `b
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 Block = dict[str, Any]
@@ -172,3 +173,9 @@ def thread_link(channel: str | None, ts: str | None) -> str:
     """A mrkdwn link to a thread ("" without a thread)."""
     url = thread_url(channel, ts)
     return f"<{url}|thread>" if url else ""
+
+
+def slack_date(t: float, pattern: str = "{date_short_pretty} {time}") -> str:
+    """A time Slack shows in each reader's own time zone (`<!date^...>`), in UTC where a client cannot."""
+    fallback = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
+    return f"<!date^{int(t)}^{pattern}|{fallback}>"

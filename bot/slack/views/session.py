@@ -8,11 +8,22 @@ so a click answers exactly the step it was shown for.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from agents.plan_parameters import plan_parameters, without_parameters
-from bot.slack.views.kit import Block, Payload, actions, button, capped, confirm, context, fields, mrkdwn, sections
+from bot.slack.views.kit import (
+    Block,
+    Payload,
+    actions,
+    button,
+    capped,
+    confirm,
+    context,
+    fields,
+    mrkdwn,
+    sections,
+    slack_date,
+)
 from bot.speedup import outcome_speedup
 
 STAGES = ("implemented", "compiling", "testing", "profiling")
@@ -284,8 +295,7 @@ def undelivered_notice(*, session_id: str, task: str, target: str, channel: str,
 def answered(message: Payload, *, decision: str, user: str, at: float, text: str | None = None) -> Payload:
     """The message as it shows once answered: its buttons replaced by who decided what, and when (in each
     reader's own time zone: Slack's date format, with the time in UTC where a client cannot show it)."""
-    fallback = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(at))
-    stamp = f"<!date^{int(at)}^{{date_short_pretty}} at {{time}}|{fallback}>"
+    stamp = slack_date(at, "{date_short_pretty} at {time}")
     label = DECISION_LABELS.get(decision, decision.capitalize())
     said = f": “{text.strip()[:500]}”" if text and text.strip() else ""
     kept = [b for b in message.get("blocks", []) if b.get("type") != "actions"]

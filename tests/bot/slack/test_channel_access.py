@@ -62,6 +62,10 @@ def test_a_private_channel_the_bot_is_not_in_starts_nothing_and_says_what_to_do(
         assert "invite me with `/invite @kernelbot`" in answer and "Nothing was started." in answer, answer
     scheduled = command(app.url, 'schedule add softmax "0 2 * * *"', fake=app.fake, channel="GSECRET")[1]["text"]
     assert "/invite @kernelbot" in scheduled and "Nothing was scheduled." in scheduled
+    posted = command(app.url, "digest now", fake=app.fake, channel="GSECRET")[1]["text"]
+    assert "/invite @kernelbot" in posted and "No digest was posted." in posted
+    subscribed = command(app.url, "digest subscribe", fake=app.fake, channel="GSECRET")[1]["text"]
+    assert "/invite @kernelbot" in subscribed and "not subscribed" in subscribed
     assert _sessions(app) == []
     with Session(open_database(app.settings)) as s:
         assert s.exec(select(Schedule)).all() == []

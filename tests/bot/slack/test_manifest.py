@@ -23,3 +23,4 @@ def test_the_manifest_declares_the_command_scopes_events_and_socket_mode() -> No
     assert {"message.channels", "message.groups", "app_home_opened"} <= set(settings["event_subscriptions"]
                                                                              ["bot_events"])
     assert manifest["features"]["app_home"]["home_tab_enabled"]
+    assert manifest["features"]["app_home"]["messages_tab_enabled"]  # where an owner's undelivered notice goes

@@ -130,6 +130,8 @@ def test_a_private_channels_session_is_hidden_from_an_outsider_and_shown_to_a_me
     assert "public1" in _reply(app, "status", user="UEVE", channel="CPUB")
     assert _reply(app, "show secret1", user="UEVE", channel="CPUB") == _reply(
         app, "show nosuch1", user="UEVE", channel="CPUB").replace("nosuch1", "secret1")  # as if there were none
+    assert _reply(app, "cancel secret1", user="UEVE", channel="CPUB") == _reply(
+        app, "cancel nosuch1", user="UEVE", channel="CPUB").replace("nosuch1", "secret1")
 
     member = _reply(app, "list", user="UANA", channel="GSECRET")
     assert "secret1" in member and "public1" in member
