@@ -617,6 +617,19 @@ def input_box(block: dict[str, Any], width: int) -> Box:
     return Box(width, label.height + px(6) + height, paint)
 
 
+def with_accessory(block: dict[str, Any], width: int, *, max_lines: int | None = None) -> Box:
+    """A section with a button beside its text, on the right, as Slack lays it out."""
+    accessory = block["accessory"]
+    button = button_box(accessory["text"]["text"], accessory.get("style"))
+    body = mrkdwn_box(block["text"]["text"], width - button.width - px(12), max_lines=max_lines)
+
+    def paint(img: Image.Image, x: int, y: int) -> None:
+        body.paint(img, x, y)
+        button.paint(img, x + width - button.width, y)
+
+    return Box(width, max(body.height, button.height), paint)
+
+
 def fields_box(fields: list[dict[str, Any]], width: int) -> Box:
     """A section's fields as Slack lays them out: two a row."""
     gap = px(16)
@@ -640,6 +653,8 @@ def blocks_box(blocks: list[dict[str, Any]], width: int, *, max_lines: int | Non
         kind = block.get("type")
         if kind == "image" and (images or {}).get(str((block.get("slack_file") or {}).get("id"))):
             boxes.append(image_box((images or {})[str(block["slack_file"]["id"])], width))
+        elif kind == "section" and (block.get("accessory") or {}).get("type") == "button":
+            boxes.append(with_accessory(block, width, max_lines=max_lines))
         elif kind == "section":
             if block.get("text"):
                 boxes.append(mrkdwn_box(block["text"]["text"], width, max_lines=max_lines))
