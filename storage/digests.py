@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from storage.models import DigestRun, DigestSubscription, Evaluation, Job, KernelSession, SessionEvent, now
@@ -83,7 +84,18 @@ def get_digest_channels(session: Session, *, defaults: Sequence[str]) -> list[st
 def set_digest_subscription(session: Session, *, channel: str, subscribed: bool, user: str | None
                             ) -> DigestSubscription:
     """Record that `user` subscribed this channel to the digest (or unsubscribed it), replacing its last choice."""
-    row = session.get(DigestSubscription, channel) or DigestSubscription(channel=channel)
+    row = session.get(DigestSubscription, channel)
+    if row is None:
+        try:
+            with session.begin_nested():  # someone may record this channel's first choice at the same moment
+                row = DigestSubscription(channel=channel, subscribed=subscribed, changed_by=user, changed_at=now())
+                session.add(row)
+                session.flush()
+            return row
+        except IntegrityError:
+            row = session.get(DigestSubscription, channel, populate_existing=True)
+            if row is None:
+                raise
     row.subscribed, row.changed_by, row.changed_at = subscribed, user, now()
     session.add(row)
     session.flush()

@@ -30,3 +30,21 @@ def test_subscriptions_add_to_and_take_from_the_default_channels(engine: Engine)
         assert row is not None and (row.subscribed, row.changed_by) == (False, "U3") and row.changed_at > 0
         assert [r.channel for r in digests.get_digest_subscriptions(s)] == ["C1", "C3"]
         assert digests.get_digest_subscription(s, channel="C9") is None
+
+
+def test_a_first_choice_recorded_by_someone_else_meanwhile_is_replaced_not_a_crash(engine: Engine) -> None:
+    with Session(engine) as other, other.begin():
+        digests.set_digest_subscription(other, channel="C1", subscribed=True, user="U1")
+    with Session(engine) as s, s.begin():
+        looks: list[object] = []
+        real_get = s.get
+
+        def before_the_other_committed(entity: object, ident: object, **kwargs: object) -> object:
+            looks.append(ident)  # the first look happened before the other transaction's row existed
+            return None if len(looks) == 1 else real_get(entity, ident, **kwargs)  # type: ignore[call-overload]
+
+        s.get = before_the_other_committed  # type: ignore[method-assign]
+        row = digests.set_digest_subscription(s, channel="C1", subscribed=False, user="U2")
+        assert len(looks) == 2  # the insert clashed and the row was read again
+        assert (row.subscribed, row.changed_by) == (False, "U2")
+    assert _channels(engine, ("C1",)) == []
