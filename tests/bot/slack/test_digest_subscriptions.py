@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from slack_sdk import WebClient
@@ -23,16 +22,8 @@ from storage.connect import open_database
 from storage.models import DigestRun, DigestSubscription
 from storage.settings import load_settings
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack, fake_slack
+from tests.support.reading import wait_for
 from tests.support.slack_http import SECRET, command, served
-
-
-def _wait(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _digests_posted(fake: FakeSlack, channel: str) -> int:
@@ -71,12 +62,13 @@ def test_subscribe_and_unsubscribe_take_effect_at_the_next_digest_without_a_rest
                 assert "/invite @kernelbot" in refused and "This channel was not subscribed." in refused
 
                 scheduler.start()  # serving, with the settings' channel only
-                assert _wait(lambda: _digests_posted(fake, "CENV") >= 1)
+                wait_for("the digest in CENV", lambda: _digests_posted(fake, "CENV") >= 1, timeout=10.0)
                 assert _digests_posted(fake, "CNEW") == 0
 
                 subscribed = reply("digest subscribe", "CNEW", user="UEVE")
                 assert subscribed.startswith("This channel now gets the daily digest at `* * * * * *` (UTC)")
-                assert _wait(lambda: _digests_posted(fake, "CNEW") >= 1)  # the next fire, no restart
+                wait_for("the digest in CNEW", lambda: _digests_posted(fake, "CNEW") >= 1,
+                         timeout=10.0)  # the next fire, no restart
                 assert "already gets the daily digest" in reply("digest subscribe", "CNEW")
                 assert reply("digest subscribe", "GTEAM").startswith("This channel now gets")  # private, the bot in it
 

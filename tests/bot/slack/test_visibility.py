@@ -5,7 +5,6 @@ outsider in `/kernel list`, `status`, `show`, the App Home and another channel's
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from storage.connect import open_database
 from storage.models import KernelSession, Step, now
 from storage.settings import load_settings
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack, fake_slack
+from tests.support.reading import wait_for
 from tests.support.slack_http import SECRET, command, event, served
 
 PUBLIC = ChannelFacts(private=False)
@@ -143,7 +143,7 @@ def test_a_private_channels_session_is_hidden_from_an_outsider_and_shown_to_a_me
 
     for user in ("UEVE", "UANA"):
         assert event(app.url, {"type": "app_home_opened", "user": user, "tab": "home"})[0] == 200
-    assert _wait(lambda: {"UEVE", "UANA"} <= set(app.fake.home))
+    wait_for("both App Homes", lambda: {"UEVE", "UANA"} <= set(app.fake.home), timeout=10.0)
     outsider_home, member_home = json.dumps(app.fake.home["UEVE"]), json.dumps(app.fake.home["UANA"])
     assert "public1" in outsider_home and "secret1" not in outsider_home
     assert "secret1" in member_home and "Review the plan" in member_home
@@ -156,11 +156,3 @@ def test_another_channels_digest_leaves_a_private_channels_session_out(served_ap
     own = _reply(app, "digest preview", user="UANA", channel="GSECRET")
     assert "*Waiting for a decision (1)*" in own and "secret1" in own
 
-
-def _wait(condition, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
