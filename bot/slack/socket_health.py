@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+
+from tpu_runner.protocol import write_json
 
 STATE_FILE = "socket-mode.json"
 RECORD_SECONDS = 5.0  # how often serve records the connection
@@ -31,16 +32,9 @@ def state_path(home: Path) -> Path:
 
 
 def write_state(path: Path, state: SocketState) -> None:
-    """Replace the record in one step (a temporary file renamed over it)."""
+    """Replace the record in one step (the runner's records are written the same way: a file renamed over it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as out:
-            json.dump(asdict(state), out)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_json(path, state)
 
 
 def read_state(path: Path) -> SocketState | None:
