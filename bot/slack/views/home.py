@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bot.slack.views.kit import Block, Payload, button, context, header, section, thread_url
+from bot.slack.views.kit import Block, Payload, button, context, header, mode_name, section, thread_url
 
 HOME_BLOCKS = 100  # Slack's limit for a Home tab (a message takes 50)
 URL_LIMIT = 3000  # a button's url
@@ -14,7 +14,6 @@ PENDING_SHOWN = 20
 OPEN_THREAD = "home_open_thread"  # the action ids of the Home's link buttons (each suffixed with the session id)
 OPEN_WAITING = "home_open_waiting"
 
-MODES = {"hitl": "HITL (step by step)", "auto": "Auto", "search": "Search"}
 STATUSES = {"active": "running", "awaiting": "waiting for a decision", "done": "finished", "cancelled": "cancelled",
             "failed": "failed"}
 # What waits, in the line and on the button that opens it.
@@ -24,7 +23,7 @@ WAITING = {"await_approval": ("a plan to approve", "Review the plan"),
 
 def mode_words(mode: str) -> str:
     """A session's mode as people say it: "HITL (step by step)", "Auto", "Search"."""
-    return MODES.get(mode, mode)
+    return mode_name(mode) + (" (step by step)" if mode == "hitl" else "")
 
 
 def status_words(status: str, *, for_you: bool = False) -> str:

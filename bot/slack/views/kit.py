@@ -162,6 +162,13 @@ def unfenced(code: str) -> str:
     return code + "\n" if code.strip() else ""
 
 
+MODE_NAMES = {"hitl": "HITL", "auto": "Auto", "search": "Search"}  # a session's mode as people type it
+
+
+def mode_name(mode: str) -> str:
+    return MODE_NAMES.get(mode, mode)
+
+
 def thread_url(channel: str | None, ts: str | None) -> str:
     """The URL of a thread that Slack resolves in any workspace the reader is in ("" without a thread)."""
     if not channel or not ts:

@@ -20,6 +20,7 @@ from bot.slack.views.kit import (
     confirm,
     context,
     fields,
+    mode_name,
     mrkdwn,
     sections,
     slack_date,
@@ -35,7 +36,6 @@ DECISION_LABELS = {
     "handback": "Returned to HITL",
 }
 
-MODE_NAMES = {"hitl": "HITL", "auto": "Auto", "search": "Search"}  # as people type them
 CANCEL = ("Cancel", "cancel", "danger")
 
 
@@ -66,10 +66,6 @@ def button_value(raw: str) -> tuple[str, int | None]:
 
 
 # -- the thread's root ----------------------------------------------------------------------------------------
-def mode_name(mode: str) -> str:
-    return MODE_NAMES.get(mode, mode)
-
-
 def session_root(*, session_id: str, task: str, target: str, mode: str, owner: str | None, status: str,
                  shapes: str = "", started_mode: str = "") -> Payload:
     """The thread's first message, titled with the mode the session started in and naming the one it is in now
