@@ -12,7 +12,6 @@ from sqlmodel import Session
 
 from agents.brains import default_brain
 from agents.search_decide import SearchConfig
-from bot.slack.channel_access import NOTHING_STARTED
 from bot.slack.listener_context import BotContext
 from bot.slack.outbound.digest import MANUAL_PREFIX, digest_text, gather_digest, period_start, record_digest
 from bot.slack.scheduler import SEARCH_KIND, CronError, next_fires, parse_cron, shortest_gap
@@ -77,9 +76,7 @@ def _add(ctx: BotContext, command: Command, *, user: str, channel: str) -> str:
     task = load_task(tasks[name])  # a task that does not load is refused now, not at 2 a.m.
     target = get_chip(str(command.options.get("target") or ctx.settings.default_target)).name
     brain = str(command.options.get("brain") or default_brain(ctx.settings))
-    unreachable = ctx.channels.problem(channel)  # each result is posted here: refused now, not at 2 a.m. either
-    if unreachable:
-        return f"{unreachable} Nothing was scheduled."
+    ctx.channels.require(channel, outcome="Nothing was scheduled.")  # results come here: refused now, not at 2 a.m.
     name = f"{SEARCH_KIND}:{channel}:{task.task_id}:{cron}"
     payload = {"task": task.task_id, "task_dir": str(task.path), "strategy": config.strategy,
                "budget": config.budget, "brain": brain, "target": target, "owner": user}
@@ -176,9 +173,7 @@ def _subscribe(ctx: BotContext, *, user: str, channel: str) -> str:
     if already:
         return (f"This channel already gets the daily digest ({_digest_schedule(ctx)}); "
                 "`/kernel digest unsubscribe` stops it.")
-    unreachable = ctx.channels.problem(channel)  # each digest is posted here: refused now, not at 9 a.m.
-    if unreachable:
-        return f"{unreachable.removesuffix(NOTHING_STARTED).strip()} This channel was not subscribed."
+    ctx.channels.require(channel, outcome="This channel was not subscribed.")  # refused now, not at 9 a.m.
     with Session(ctx.engine) as s, s.begin():
         digests.set_digest_subscription(s, channel=channel, subscribed=True, user=user)
     return (f"This channel now gets the daily digest {_digest_schedule(ctx)}: this channel's sessions and public "
@@ -213,9 +208,7 @@ def digest_reply(ctx: BotContext, command: Command, *, user: str, channel: str) 
             payload = gather_digest(s, since=since, until=until, shown=shown)
         return f"{digest_text(payload)}\n\n_A preview: nothing was posted. `/kernel digest now` posts it here._"
     if action == "now":
-        unreachable = ctx.channels.problem(channel)  # a digest the channel refuses would fail unseen
-        if unreachable:
-            return f"{unreachable.removesuffix(NOTHING_STARTED).strip()} No digest was posted."
+        ctx.channels.require(channel, outcome="No digest was posted.")  # one the channel refuses would fail unseen
         with Session(ctx.engine) as s:
             since = period_start(s, channel=channel, until=until)
         period = MANUAL_PREFIX + datetime.fromtimestamp(until, UTC).isoformat(timespec="seconds")
