@@ -25,6 +25,7 @@ from agents.offline import emit
 from agents.offline.attention import Attention
 from agents.offline.expr import NotRecognised
 from agents.offline.families import Matmul, Spec, recognise
+from agents.offline.kernel_family import FamilySpec
 from agents.offline.params import choose, cost_line, raised_vmem_limit
 from agents.offline.reading import Reading, read_task
 from agents.plan_parameters import LINE, parameters_line
@@ -191,7 +192,9 @@ class OfflineBrain:
         spec = self.spec
         assert spec is not None
         is_matmul = isinstance(spec, Matmul)
-        if isinstance(spec, Attention):
+        if isinstance(spec, FamilySpec):
+            strategy = spec.strategy()
+        elif isinstance(spec, Attention):
             strategy = ("Flash attention in one pallas_call: a grid over (batch, head, query block, key block); per "
                         "key block the scores stay in VMEM and an online softmax (running max and sum) rescales an "
                         "f32 accumulator; the output is written once, at the last key block.")
@@ -205,7 +208,8 @@ class OfflineBrain:
         tiling = " ".join(reasons[1:] if len(reasons) > 1 else reasons)
         pipelining = ("Pallas double-buffers each BlockSpec input: the next tile's DMA overlaps this tile's work. "
                       + ("The reduction axis (K, or the key blocks) is last and 'arbitrary'; the others are "
-                         "'parallel' so megacore chips split them." if is_matmul or isinstance(spec, Attention)
+                         "'parallel' so megacore chips split them." if is_matmul or isinstance(spec, (Attention,
+                                                                                                      FamilySpec))
                          else "Both grid axes are 'parallel'."))
         return "\n\n".join([
             f"## Analysis\n{spec.describe()} on {self.chip.name}. {self.cost} {reasons[0]}",

@@ -12,6 +12,7 @@ from typing import Any
 from agents.offline.attention import Attention, attention_source, attention_space
 from agents.offline.expr import COL, FLOAT_DTYPES, FULL, ROW, SCALAR, BlockCode
 from agents.offline.families import Matmul, Operand, Rowwise, Spec
+from agents.offline.kernel_family import FamilySpec
 from agents.offline.program import Op, itemsize
 
 _TRANSCENDENTAL = {"exp", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "rsqrt", "erf", "sin", "cos",
@@ -302,6 +303,8 @@ def computation({args}):
 
 
 def source(spec: Spec, params: dict[str, Any]) -> str:
+    if isinstance(spec, FamilySpec):
+        return spec.source(params, _header(spec.family, spec), _tunable(spec.space(), params) + "\n")
     if isinstance(spec, Attention):
         return attention_source(spec, params, _header("flash attention", spec),
                                 _tunable(attention_space(), params) + "\n")
@@ -309,6 +312,8 @@ def source(spec: Spec, params: dict[str, Any]) -> str:
 
 
 def space_of(spec: Spec) -> dict[str, tuple[Any, ...]]:
+    if isinstance(spec, FamilySpec):
+        return spec.space()
     if isinstance(spec, Attention):
         return attention_space()
     return matmul_space(spec) if isinstance(spec, Matmul) else rowwise_space(spec)

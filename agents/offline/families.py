@@ -11,6 +11,7 @@ Everything else gets a NotRecognised that names what it met.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from agents.offline.attention import Attention, recognise_attention
@@ -24,6 +25,7 @@ from agents.offline.expr import (
     input_kind,
     kind_of,
 )
+from agents.offline.kernel_family import FamilySpec
 from agents.offline.program import Op, Program, Value
 
 # What the offline brain writes, in the words its refusals use (here and in agents.brains).
@@ -86,7 +88,12 @@ class Matmul:
         return f"matmul {shape} ({self.lhs.value.dtype}){epi}"
 
 
-Spec = Rowwise | Matmul | Attention
+Spec = Rowwise | Matmul | Attention | FamilySpec
+
+# The families written in their own modules (agents.offline.kernel_family), tried in order before the built-in
+# ones: each returns None for a program not of its kind and raises NotRecognised for one it cannot take.
+Recogniser = Callable[[Program, Value], FamilySpec | None]
+RECOGNISERS: tuple[Recogniser, ...] = ()
 
 
 def _single_output(program: Program) -> Value:
@@ -203,6 +210,10 @@ def recognise(program: Program) -> Spec:
     output = _single_output(program)
     if program.consts:
         raise NotRecognised("the reference closes over constant arrays; the offline brain needs them as inputs")
+    for recogniser in RECOGNISERS:
+        spec = recogniser(program, output)
+        if spec is not None:
+            return spec
     dots = [op for op in program.ops if op.prim == "dot_general"]
     if len(dots) == 2:
         return recognise_attention(program, dots, output)

@@ -12,6 +12,7 @@ from typing import Any
 from agents.offline.attention import Attention, attention_params
 from agents.offline.emit import space_of
 from agents.offline.families import Matmul, Rowwise, Spec
+from agents.offline.kernel_family import FamilySpec
 from agents.offline.program import Program, Value, itemsize
 from tpu_runner.hardware import ChipSpec
 
@@ -143,6 +144,8 @@ def cost_line(program: Program, chip: ChipSpec) -> str:
 
 
 def choose(spec: Spec, chip: ChipSpec) -> tuple[dict[str, Any], list[str]]:
+    if isinstance(spec, FamilySpec):
+        return spec.params(chip)
     if isinstance(spec, Attention):
         return attention_params(spec)
     return matmul_params(spec, chip) if isinstance(spec, Matmul) else rowwise_params(spec, chip)

@@ -1,0 +1,37 @@
+"""What a kernel family written in its own module provides, so the brain, the planner and the emitter need no
+case for it.
+
+A family module defines a frozen dataclass for what it recognised (a spec) with the methods below, and a
+recogniser `(program, output) -> spec` that raises NotRecognised when the program is not of its kind. It lists
+the recogniser in `families.RECOGNISERS`; `families.recognise` tries those before the built-in families, so a
+family owns the primitives it claims (a convolution, a scan) and says why when it cannot take a program.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from tpu_runner.hardware import ChipSpec
+
+
+@runtime_checkable
+class FamilySpec(Protocol):
+    family: str
+    reduces: bool
+    n_inputs: int
+    n_static: int
+
+    def describe(self) -> str:
+        """One line for the plan's analysis: what was recognised, with its sizes and dtypes."""
+
+    def space(self) -> dict[str, tuple[Any, ...]]:
+        """The kernel's TUNABLE space."""
+
+    def params(self, chip: ChipSpec) -> tuple[dict[str, Any], list[str]]:
+        """The brain's first choice in that space and the sentences that reason it (the first: the roofline)."""
+
+    def strategy(self) -> str:
+        """The plan's Strategy section."""
+
+    def source(self, params: dict[str, Any], header: str, tunable_text: str) -> str:
+        """The whole kernel module: `header` (docstring and imports) and `tunable_text` (the TUNABLE block) first."""
