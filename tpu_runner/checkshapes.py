@@ -180,10 +180,15 @@ def derived_candidates(config: Configuration, need: dict[int, int], ranges: Sequ
     return out
 
 
+def _tile_units(config: Configuration) -> list[list[int]]:
+    """The (8, 128) tile's unit for each input axis (1 for leading axes)."""
+    return [[_tile(d) if j >= len(a.shape) - 2 else 1 for j, d in enumerate(a.shape)] for a in config.dynamic]
+
+
 def position_units(config: Configuration, traffic: TrafficReport) -> list[list[int]]:
     """For each input axis, the size every derived size of it must be a multiple of: the (8, 128) tile on the
     last two axes, and the block of the kernel operand that is this input (same shape and dtype) along it."""
-    units = [[_tile(d) if j >= len(a.shape) - 2 else 1 for j, d in enumerate(a.shape)] for a in config.dynamic]
+    units = _tile_units(config)
     for call in traffic.calls:
         taken: set[int] = set()  # operands are matched to inputs in order, one each
         for op in call.operands:
@@ -204,17 +209,30 @@ def split_candidates(config: Configuration, traffic: TrafficReport, ranges: Sequ
                      max_elements: int) -> list[Configuration]:
     """Smaller configurations where equal sizes may part when the kernel blocks them differently: a square
     matmul's M, K and N are all 4096, but with blocks 1024 x 2048 (block_k 1024) the smallest shapes that keep
-    every block are (1024, 1024) @ (1024, 2048). Axes of equal size and equal unit still move together."""
+    every block are (1024, 1024) @ (1024, 2048). Axes of equal size and equal unit still move together, and an
+    axis no kernel operand blocks (a bias the kernel reshapes before use) follows the blocked axes of its size:
+    once as the largest of them and once as the smallest, since which one it goes with is not known here."""
     units = position_units(config, traffic)
-    out = []
+    tiles = _tile_units(config)
+    blocked = [(i, j, d) for i, a in enumerate(config.dynamic) for j, d in enumerate(a.shape)
+               if units[i][j] != tiles[i][j]]
+    out: list[Configuration] = []
     for level in range(4):
-        specs = []
-        for a, unit_row, rng in zip(config.dynamic, units, ranges, strict=True):
-            shape = tuple(min(d, u * 2 ** level) if u < d else d for d, u in zip(a.shape, unit_row, strict=True))
-            specs.append(ArgSpec(shape, a.dtype, rng))
-        small = Configuration(tuple(specs), config.static)
-        if sum(math.prod(a.shape) for a in small.dynamic) <= max_elements and small.dynamic != config.dynamic:
-            out.append(small)
+        shapes = [tuple(min(d, u * 2 ** level) if u < d else d for d, u in zip(a.shape, unit_row, strict=True))
+                  for a, unit_row in zip(config.dynamic, units, strict=True)]
+        for pick in (max, min):
+            specs = []
+            for i, (a, rng) in enumerate(zip(config.dynamic, ranges, strict=True)):
+                shape = list(shapes[i])
+                for j, d in enumerate(a.shape):
+                    peers = {shapes[bi][bj] for bi, bj, bd in blocked if bd == d}
+                    if units[i][j] == tiles[i][j] and peers:
+                        shape[j] = pick(peers)
+                specs.append(ArgSpec(tuple(shape), a.dtype, rng))
+            small = Configuration(tuple(specs), config.static)
+            if sum(math.prod(a.shape) for a in small.dynamic) <= max_elements and small.dynamic != config.dynamic \
+                    and small not in out:
+                out.append(small)
     return out
 
 
