@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents.offline.attention import Attention, attention_source, attention_space
-from agents.offline.expr import COL, FLOAT_DTYPES, FULL, ROW, SCALAR, BlockCode
+from agents.offline.expr import COL, FULL, ROW, SCALAR, TO_HELPER, BlockCode, as_typed, dtype_space
 from agents.offline.families import Matmul, Operand, Rowwise, Spec
 from agents.offline.kernel_family import FamilySpec
 from agents.offline.program import Op, itemsize
@@ -44,7 +44,7 @@ def _padded(x, axis, size):
 
 def _round_up(n, b):
     return -(-n // b) * b
-'''
+''' + TO_HELPER
 
 
 def _tunable(space: dict[str, tuple[Any, ...]], params: dict[str, Any]) -> str:
@@ -66,9 +66,13 @@ def _body(code: BlockCode, indent: str) -> str:
     return "\n".join(f"{indent}{line}" for line in code.lines)
 
 
-def _load(operand: Operand, ref: str) -> str:
-    cast = ".astype(jnp.float32)" if operand.value.dtype in FLOAT_DTYPES else ""
-    return f"{ref}[...]{cast}"
+def _load(operand: Operand, ref: str, where: str = "...") -> str:
+    return as_typed(f"{ref}[{where}]", operand.value.dtype)
+
+
+def _dtypes(values: list[Any]) -> tuple[str, ...]:
+    """ELEMENTWISE_DTYPES's choices for a kernel computing `values`."""
+    return dtype_space({v.dtype for v in values})
 
 
 def _flops(ops: tuple[Op, ...]) -> tuple[int, int]:
@@ -90,13 +94,14 @@ def rowwise_space(spec: Rowwise) -> dict[str, tuple[Any, ...]]:
     if not spec.reduces:
         space["BLOCK_COLS"] = (128, 256, 512, 1024, 2048, 4096, 8192)
     space["VMEM_LIMIT_BYTES"] = tuple(m * 2**20 for m in (16, 32, 64, 100))
+    space["ELEMENTWISE_DTYPES"] = _dtypes([op.out for op in spec.ops] + [o.value for o in spec.operands])
     return space
 
 
 def rowwise_source(spec: Rowwise, params: dict[str, Any]) -> str:
     names = [f"x{o.index}_ref" for o in spec.operands]
     full = next(o for o in spec.operands if o.kind == FULL)
-    code = BlockCode(main=spec.main, names={}, kinds={}, lines=[], cols=f"x{full.index}_ref.shape[-1]")
+    code = BlockCode(main=spec.main, names={}, kinds={}, lines=[], cols=f"x{full.index}_ref.shape[-1]", typed=True)
     for operand, ref in zip(spec.operands, names, strict=True):
         code.bind(operand.value, _load(operand, ref), operand.kind)
     for op in spec.ops:
@@ -154,24 +159,32 @@ def computation({args}):
 
 # -- matmul + epilogue ------------------------------------------------------------------------------------------
 def matmul_space(spec: Matmul) -> dict[str, tuple[Any, ...]]:
-    space: dict[str, tuple[Any, ...]] = {"BLOCK_M": (64, 128, 256, 512, 1024, 2048)}
+    space: dict[str, tuple[Any, ...]] = {"BLOCK_M": (64, 128, 256, 512, 1024, 2048, 4096)}
     if not spec.reduces:
-        space["BLOCK_N"] = (128, 256, 512, 1024, 2048)
+        space["BLOCK_N"] = (128, 256, 512, 1024, 2048, 4096)
     space["BLOCK_K"] = (128, 256, 512, 1024, 2048)
+    # Rows of the tile multiplied and finished at a time: large tiles (fewer HBM re-reads) then need VMEM for the
+    # accumulator only, not for a tile-sized f32 product and epilogue temporaries besides.
+    space["SUB_M"] = (128, 256, 512)
     space["VMEM_LIMIT_BYTES"] = tuple(m * 2**20 for m in (16, 32, 64, 100))
     space["BUFFERS"] = (1, 2)  # Mosaic pipelines a pallas_call's inputs with one or two buffers
     space["FUSE_EPILOGUE"] = (True, False)
     # Where the running sum is kept: f32, or (for bf16 operands) bf16, half the VMEM and less accurate.
     space["ACC_DTYPE"] = ("float32", "bfloat16") if spec.lhs.value.dtype == "bfloat16" == spec.rhs.value.dtype \
         else ("float32",)
+    space["ELEMENTWISE_DTYPES"] = _dtypes([spec.dot_out] + [op.out for op in spec.epilogue]
+                                          + [o.value for o in spec.operands])
     return space
 
 
-def _epilogue_code(spec: Matmul, acc: str, operand: str, cols: str) -> tuple[BlockCode, str]:
-    code = BlockCode(main=spec.main, names={}, kinds={}, lines=[], cols=cols)
-    code.bind(spec.dot_out, f"{acc}.astype(jnp.float32)", FULL)
+def _epilogue_code(spec: Matmul, acc: str, operand: str, cols: str, chunked: bool = False
+                   ) -> tuple[BlockCode, str]:
+    """The epilogue's lines; `chunked`: on the tile's `rows` slice (per-row and full operands sliced alike)."""
+    code = BlockCode(main=spec.main, names={}, kinds={}, lines=[], cols=cols, typed=True)
+    code.bind(spec.dot_out, as_typed(acc, spec.dot_out.dtype), FULL)
     for o in spec.operands:
-        code.bind(o.value, _load(o, operand.format(i=o.index)), o.kind)
+        ref = operand.format(i=o.index)
+        code.bind(o.value, _load(o, ref, "rows, :" if chunked and o.kind in (FULL, ROW) else "..."), o.kind)
     for op in spec.epilogue:
         code.emit(op)
     return code, code.ref(spec.output)
@@ -179,8 +192,8 @@ def _epilogue_code(spec: Matmul, acc: str, operand: str, cols: str) -> tuple[Blo
 
 def matmul_source(spec: Matmul, params: dict[str, Any]) -> str:
     space = matmul_space(spec)
-    params = {"BUFFERS": 2, "FUSE_EPILOGUE": True, "ACC_DTYPE": "float32", **params}
-    fused, fused_result = _epilogue_code(spec, "acc_ref[...]", "e{i}_ref", "acc_ref.shape[-1]")
+    params = {"BUFFERS": 2, "FUSE_EPILOGUE": True, "ACC_DTYPE": "float32", "SUB_M": 256, **params}
+    fused, fused_result = _epilogue_code(spec, "acc_ref[rows, :]", "e{i}_ref", "acc_ref.shape[-1]", chunked=True)
     outside, outside_result = _epilogue_code(spec, "out", "e{i}", "n")
     extra = [f"e{o.index}_ref" for o in spec.operands]
     b = "None, " if spec.batched else ""
@@ -244,33 +257,50 @@ def matmul_source(spec: Matmul, params: dict[str, Any]) -> str:
                    else f"_padded(_padded(a{rhs_i}, 0, k_p), 1, n_p)")
         out_rows = "m_p"
         crop = f"out[:m, :{'1' if row_out else 'n'}]"
-    final = f"a{lhs_i}.shape[:-1]" if row_out else f"a{lhs_i}.shape[:-1] + (n,)"
+    kept = len(spec.output.shape) - (len(spec.main) - 1)  # sum(..., keepdims=True): the row axis stays, as 1
+    final = (f"a{lhs_i}.shape[:-1]" + (f" + (1,) * {kept}" if kept > 0 else "")) if row_out \
+        else f"a{lhs_i}.shape[:-1] + (n,)"
     ops_per_element, transcendental = _flops(spec.epilogue)
     batch = "bsz * " if spec.batched else ""
     unpack = f"        {', '.join(extra)}, = refs[:-2]\n" if extra else ""
-    return (_header("a matmul with its epilogue", spec) + _tunable(space, params) + "\n"
+    return (_header("a matmul with its epilogue", spec).replace("import jax\n", "import functools\n\nimport jax\n", 1)
+            + _tunable(space, params) + "\n"
             + 'ACC_TYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}\n' + _HELPERS + f'''
 
-def _kernel(lhs_ref, rhs_ref, *refs):
+def _kernel(lhs_ref, rhs_ref, *refs, sub):
     # refs: the epilogue's inputs (when it is fused), the output, the accumulator.
     o_ref, acc_ref = refs[-2], refs[-1]
     kk = pl.program_id({kk_axis})
+    chunks = acc_ref.shape[0] // sub
 
     @pl.when(kk == 0)
     def _init():
         acc_ref[...] = jnp.zeros_like(acc_ref)
 
+    # `sub` rows at a time, so the f32 product of a large tile never needs a tile-sized temporary.
     # The MXU accumulates in f32; a bf16 accumulator (ACC_DTYPE) rounds the running sum at every K step.
-    acc_ref[...] += lax.dot_general(lhs_ref[...]{cast}, rhs_ref[...]{cast}, {dims}, precision={precision},
-                                    preferred_element_type=jnp.float32).astype(acc_ref.dtype)
+    def _accumulate(c, carry):
+        rows = pl.ds(pl.multiple_of(c * sub, sub), sub)
+        acc_ref[rows, :] += lax.dot_general(lhs_ref[rows, :]{cast}, rhs_ref[...]{cast}, {dims},
+                                            precision={precision},
+                                            preferred_element_type=jnp.float32).astype(acc_ref.dtype)
+        return carry
+
+    lax.fori_loop(0, chunks, _accumulate, 0)
 
     @pl.when(kk == pl.num_programs({kk_axis}) - 1)
     def _store():
         if not FUSE_EPILOGUE:
             o_ref[...] = acc_ref[...].astype(o_ref.dtype)
             return
-{unpack}{_body(fused, "        ")}
-        o_ref[...] = jnp.broadcast_to({fused_result}, o_ref.shape).astype(o_ref.dtype)
+{unpack}
+        def _finish(c, carry):
+            rows = pl.ds(pl.multiple_of(c * sub, sub), sub)
+{_body(fused, "            ")}
+            o_ref[rows, :] = jnp.broadcast_to({fused_result}, (sub, o_ref.shape[-1])).astype(o_ref.dtype)
+            return carry
+
+        lax.fori_loop(0, chunks, _finish, 0)
 
 
 def computation({args}):
@@ -280,8 +310,9 @@ def computation({args}):
     m_p, n_p, k_p = _round_up(m, bm), _round_up(n, bn), _round_up(k, bk)
 {prepared}
     fused = FUSE_EPILOGUE
+    sub = SUB_M if bm % SUB_M == 0 else bm
     out = pl.pallas_call(
-        _kernel,
+        functools.partial(_kernel, sub=sub),
         grid={grid},
         in_specs=[{lhs_spec}, {rhs_spec}]{extra_in},
         out_specs={out_spec},

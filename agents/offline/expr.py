@@ -4,8 +4,10 @@ Every value of a recognised program is one of four kinds relative to the kernel'
 FULL (the main shape: a (rows, cols) block), ROW (one value per row: a (rows, 1) block), COL (one per column:
 a (1, cols) block) or SCALAR. In those block forms numpy broadcasting does what the reference's explicit
 broadcasts did, so broadcasts and keep-dims reshapes become plain aliases and the code is shape-free: the same
-kernel serves every size. Floating-point work is done in f32 (v5e has no bf16 VPU, and f32 keeps epilogues
-within tolerance); the result is cast to the output dtype once, at the store.
+kernel serves every size. A typed BlockCode (`typed=True`) writes each float value through the kernel's `_to`,
+so its ELEMENTWISE_DTYPES parameter decides: "reference" computes every op in the reference's own dtype (bf16
+stays bf16, as XLA computes it on a VPU with bf16 lanes, at twice the f32 rate), "float32" computes everything in
+f32 (v5e's VPU has no bf16). An untyped one computes in f32. The result is cast to the output dtype at the store.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ _UNARY = {
     "floor": "jnp.floor({0})", "ceil": "jnp.ceil({0})", "round": "jnp.round({0})", "sin": "jnp.sin({0})",
     "cos": "jnp.cos({0})", "erf": "lax.erf({0})", "erfc": "(1.0 - lax.erf({0}))", "square": "({0} * {0})",
     "not": "jnp.logical_not({0})",
-    "is_finite": "jnp.isfinite({0})", "exp2": "jnp.exp2({0})", "tan": "jnp.tan({0})",
+    "is_finite": "jnp.isfinite({0}.astype(jnp.float32))",  # Mosaic tests finiteness on f32 only
+    "exp2": "jnp.exp2({0})", "tan": "jnp.tan({0})",
     "stop_gradient": "{0}", "copy": "{0}", "copy_p": "{0}", "reduce_precision": "{0}",
     "optimization_barrier": "{0}",
 }
@@ -64,6 +67,28 @@ _FAMILY_HINTS = {
     "pad": "padding", "slice": "a slice",
 }
 FLOAT_DTYPES = ("float32", "bfloat16", "float16", "float64")
+DTYPE_CHOICES = ("reference", "float32")  # the values of a typed kernel's ELEMENTWISE_DTYPES
+TO_HELPER = '''
+
+def _to(x, dtype):
+    """x in the reference's float dtype, or in f32 throughout (ELEMENTWISE_DTYPES)."""
+    return jnp.asarray(x).astype(dtype if ELEMENTWISE_DTYPES == "reference" else jnp.float32)
+'''
+
+
+def as_typed(expr: str, dtype: str) -> str:
+    """A loaded value through the kernel's `_to`: floats follow ELEMENTWISE_DTYPES, other dtypes stay."""
+    return f"_to({expr}, jnp.{dtype})" if dtype in FLOAT_DTYPES else expr
+
+
+def dtype_space(dtypes: set[str]) -> tuple[str, ...]:
+    """ELEMENTWISE_DTYPES's choices: both when some value is a narrow float, else f32 is the reference's own."""
+    return DTYPE_CHOICES if dtypes & {"bfloat16", "float16"} else ("float32",)
+
+
+def default_dtypes(chip_name: str, choices: tuple[str, ...]) -> str:
+    """The reference's dtypes where the VPU has bf16 lanes (v6e on), f32 on v5e."""
+    return "float32" if chip_name == "v5e" or "reference" not in choices else "reference"
 
 
 def unsupported(prim: str, where: str) -> NotRecognised:
@@ -92,6 +117,7 @@ class BlockCode:
     kinds: dict[int, str]
     lines: list[str]
     cols: str = ""  # an expression for the row length inside the kernel (rows are whole when they are reduced)
+    typed: bool = False  # float values follow the kernel's ELEMENTWISE_DTYPES (see the module's docstring)
 
     def ref(self, arg: Arg) -> str:
         if isinstance(arg, Value):
@@ -123,6 +149,12 @@ class BlockCode:
             return f"(1.0 / {self.cols})"
         return text
 
+    def reduced(self, prim: str, expr: str, axis: str = "axis=-1, keepdims=True") -> str:
+        """A row reduction of `expr`; a typed sum adds in f32 and rounds once, as XLA's reductions do."""
+        if self.typed and prim == "reduce_sum":
+            return f"jnp.sum({expr}.astype(jnp.float32), {axis}).astype({expr}.dtype)"
+        return f"{_REDUCE[prim]}({expr}, {axis})"
+
     def _kind(self, op: Op) -> str | None:
         """The kind of an op's result: full-rank shapes say it themselves; others keep their source's kind."""
         if len(op.out.shape) == len(self.main):
@@ -148,7 +180,10 @@ class BlockCode:
         elif op.prim == "convert_element_type":
             new = str(op.params["new_dtype"])
             expr = self.ref(op.args[0])
-            self.bind(op.out, expr if new in FLOAT_DTYPES else f"{expr}.astype(jnp.{new})", kind)
+            if new in FLOAT_DTYPES:
+                self.bind(op.out, as_typed(expr, new) if self.typed else expr, kind)
+            else:
+                self.bind(op.out, f"{expr}.astype(jnp.{new})", kind)
         elif op.prim in _UNARY:
             self.bind(op.out, _UNARY[op.prim].format(self.ref(op.args[0])), kind)
         elif op.prim == "integer_pow":
@@ -175,7 +210,7 @@ class BlockCode:
             if axes != (rank - 1,) or self.kind(source) != FULL:
                 raise NotRecognised(f"{where} reduces over axes {list(axes)} of {list(self.main)}; the offline brain "
                                     "writes kernels that reduce over the last axis (rows) only")
-            self.bind(op.out, f"{_REDUCE[op.prim]}({self.ref(source)}, axis=-1, keepdims=True)", ROW)
+            self.bind(op.out, self.reduced(op.prim, self.ref(source)), ROW)
         else:
             raise unsupported(op.prim, "the reference")
 

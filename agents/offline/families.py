@@ -6,6 +6,7 @@
 - matmul: one matmul (2-D, or batched over a leading axis) whose output feeds any such chain: the epilogue,
   fused into the kernel and computed on the f32 accumulator in VMEM.
 - attention: two matmuls, scaled dot-product attention (agents.offline.attention).
+- convolution (agents.offline.conv) and scan (agents.offline.scan), in their own modules (RECOGNISERS).
 Everything else gets a NotRecognised that names what it met.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from agents.offline import conv, scan
 from agents.offline.attention import Attention, recognise_attention
 from agents.offline.expr import (
     FLOAT_DTYPES,
@@ -30,8 +32,9 @@ from agents.offline.program import Op, Program, Value
 
 # What the offline brain writes, in the words its refusals use (here and in agents.brains).
 FAMILIES = ("elementwise/broadcast chains, row reductions and normalisations over the last axis, a matmul or "
-            "batched matmul followed by such a chain, and scaled dot-product attention (causal or not, grouped-query "
-            "heads)")
+            "batched matmul followed by such a chain, scaled dot-product attention (causal or not, grouped-query "
+            "heads), 2-D and 3-D VALID convolutions followed by such a chain, a global pool or a per-plane "
+            "normalisation, and scans (prefix sums, linear recurrences)")
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ Spec = Rowwise | Matmul | Attention | FamilySpec
 # The families written in their own modules (agents.offline.kernel_family), tried in order before the built-in
 # ones: each returns None for a program not of its kind and raises NotRecognised for one it cannot take.
 Recogniser = Callable[[Program, Value], FamilySpec | None]
-RECOGNISERS: tuple[Recogniser, ...] = ()
+RECOGNISERS: tuple[Recogniser, ...] = (conv.recognise, scan.recognise_scan)
 
 
 def _single_output(program: Program) -> Value:

@@ -11,6 +11,7 @@ from typing import Any
 
 from agents.offline.attention import Attention, attention_params
 from agents.offline.emit import space_of
+from agents.offline.expr import default_dtypes
 from agents.offline.families import Matmul, Rowwise, Spec
 from agents.offline.kernel_family import FamilySpec
 from agents.offline.program import Program, Value, itemsize
@@ -47,6 +48,17 @@ def _floor_in(values: tuple[Any, ...], limit: float) -> Any:
     return max(fitting) if fitting else min(values)
 
 
+def _with_dtypes(params: dict[str, Any], reasons: list[str], space: dict[str, tuple[Any, ...]],
+                 chip: ChipSpec) -> tuple[dict[str, Any], list[str]]:
+    """The plan's ELEMENTWISE_DTYPES, and why."""
+    choice = default_dtypes(chip.name, space["ELEMENTWISE_DTYPES"])
+    if "reference" in space["ELEMENTWISE_DTYPES"]:
+        reasons.append("The elementwise work is computed in the reference's own dtypes (bf16 stays bf16), as XLA "
+                       f"computes it: {chip.name}'s VPU has bf16 lanes, twice the f32 rate." if choice == "reference"
+                       else f"The elementwise work is computed in f32: {chip.name}'s VPU has no bf16 lanes.")
+    return {**params, "ELEMENTWISE_DTYPES": choice}, reasons
+
+
 def rowwise_params(spec: Rowwise, chip: ChipSpec) -> tuple[dict[str, Any], list[str]]:
     space = space_of(spec)
     cols = spec.main[-1]
@@ -68,7 +80,7 @@ def rowwise_params(spec: Rowwise, chip: ChipSpec) -> tuple[dict[str, Any], list[
                    f"{DEFAULT_VMEM_LIMIT // MiB} MiB scoped VMEM limit ({chip.vmem_bytes // MiB} MiB on {chip.name}).")
     if rows % params["BLOCK_ROWS"]:
         reasons.append(f"{rows} rows are not a multiple of the block; the input is padded to whole blocks.")
-    return params, reasons
+    return _with_dtypes(params, reasons, space, chip)
 
 
 def matmul_params(spec: Matmul, chip: ChipSpec) -> tuple[dict[str, Any], list[str]]:
@@ -116,9 +128,9 @@ def matmul_params(spec: Matmul, chip: ChipSpec) -> tuple[dict[str, Any], list[st
         reasons.append("The reference asks for precision=HIGHEST, so the products stay in full f32 (several MXU "
                        "passes), as XLA computes them.")
     if spec.epilogue:
-        reasons.append(f"The {len(spec.epilogue)}-op epilogue runs on the f32 accumulator in VMEM at the last K "
+        reasons.append(f"The {len(spec.epilogue)}-op epilogue runs on the accumulator in VMEM at the last K "
                        "step, so the matmul result never goes to HBM and back.")
-    return params, reasons
+    return _with_dtypes(params, reasons, space, chip)
 
 
 def cost_line(program: Program, chip: ChipSpec) -> str:

@@ -27,7 +27,7 @@ from tpu_runner.tasks import load_task
 
 V6E = get_chip("v6e")
 RECOGNISED = ["fused_elementwise", "softmax", "layer_norm", "rms_norm", "matmul_bf16", "matmul_bias_gelu",
-              "matmul_softmax", "batched_matmul", "causal_attention", "gqa_attention"]
+              "matmul_softmax", "batched_matmul", "causal_attention", "gqa_attention", "cumsum_rows"]
 
 
 def _analyse(task, settings: Settings):  # the task's program is read in a sandboxed child, as a runner does
@@ -53,7 +53,7 @@ def test_every_recognised_suite_task_gets_an_ok_kernel(tmp_path: Path, settings:
     assert all(getattr(r, "verdict", None) == "ok" for r in results), verdicts
 
 
-@pytest.mark.parametrize("name, what", [("cumsum_rows", "a scan (cumsum)"),
+@pytest.mark.parametrize("name, what", [("grouped_matmul", "neither per element"),
                                         ("conv1d_depthwise", "neither per element"),
                                         ("cross_entropy", "a gather")])
 def test_a_reference_outside_the_families_gets_a_clear_message(name: str, what: str, settings: Settings) -> None:
@@ -96,8 +96,8 @@ def test_something_that_only_looks_like_attention_is_refused(tmp_path: Path, set
 
 
 def test_make_brain_says_which_families_it_writes(settings: Settings) -> None:
-    task = load_task(TASKS / "cumsum_rows")
-    with pytest.raises(BrainUnavailable, match="cannot write a kernel for cumsum_rows.*scan.*matmul"):
+    task = load_task(TASKS / "grouped_matmul")
+    with pytest.raises(BrainUnavailable, match="cannot write a kernel for grouped_matmul.*matmul.*convolutions.*scans"):
         make_brain("offline", settings, Budget(), task=task, chip=V6E)
 
 

@@ -1,0 +1,105 @@
+"""The offline brain's convolution family on its own tasks: an ok kernel for a 2-D convolution with an instance
+norm after it and a 3-D one with a global pool, each checked and timed by the real evaluator on libtpu."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agents.offline.brain import analyse
+from agents.offline.emit import source
+from agents.offline.expr import NotRecognised
+from agents.offline.params import choose
+from agents.offline.reading import read_task, read_tasks
+from storage.settings import Settings
+from tpu_runner.evaluate import EvalRequest, evaluate_many
+from tpu_runner.hardware import get_chip
+from tpu_runner.tasks import load_task
+
+V6E = get_chip("v6e")
+
+CONV2D_INSTANCE_NORM = '''import jax
+import jax.numpy as jnp
+
+
+def computation(x, w, b, gamma, beta):
+    y = jax.lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    y = y + b[None, :, None, None]
+    mean = jnp.mean(y, axis=(2, 3), keepdims=True)
+    var = jnp.mean(jnp.square(y - mean), axis=(2, 3), keepdims=True)
+    y = (y - mean) * jax.lax.rsqrt(var + 1e-5)
+    return y * gamma[None, :, None, None] + beta[None, :, None, None]
+
+
+def get_inputs():
+    k = jax.random.split(jax.random.PRNGKey(0), 5)
+    x = jax.random.normal(k[0], (4, 16, 40, 40), jnp.bfloat16)
+    w = (jax.random.normal(k[1], (32, 16, 3, 3)) / 12.0).astype(jnp.bfloat16)
+    b, gamma, beta = tuple((0.1 * jax.random.normal(key, (32,))).astype(jnp.bfloat16) for key in k[2:])
+    return [x, w, b, 1.0 + gamma, beta], []
+'''
+
+CONV3D_GELU_POOL = '''import jax
+import jax.numpy as jnp
+
+
+def computation(x, w, b):
+    y = jax.lax.conv_general_dilated(x, w, (1, 1, 1), "VALID",
+                                     dimension_numbers=("NCDHW", "OIDHW", "NCDHW"))
+    y = jax.nn.gelu(y + b[None, :, None, None, None])
+    return jnp.mean(y, axis=(2, 3, 4))
+
+
+def get_inputs():
+    k = jax.random.split(jax.random.PRNGKey(1), 3)
+    x = jax.random.normal(k[0], (2, 8, 10, 20, 20), jnp.float32)
+    w = jax.random.normal(k[1], (16, 8, 3, 3, 3), jnp.float32) / 15.0
+    return [x, w, 0.1 * jax.random.normal(k[2], (16,), jnp.float32)], []
+'''
+
+PADDED_CONV = '''import jax
+import jax.numpy as jnp
+
+
+def computation(x, w):
+    return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+
+
+def get_inputs():
+    return [jnp.ones((2, 8, 32, 32), jnp.bfloat16), jnp.ones((16, 8, 3, 3), jnp.bfloat16)], []
+'''
+
+
+def _task(root: Path, name: str, reference: str) -> Path:
+    path = root / name
+    path.mkdir()
+    (path / "reference.py").write_text(reference)
+    (path / "kernel_task.yaml").write_text(f"task_id: {name}\ndescription: a convolution\natol: 2.0e-2\n"
+                                           "rtol: 2.0e-2\n")
+    return path
+
+
+@pytest.mark.slow
+def test_convolutions_get_ok_kernels(tmp_path: Path, settings: Settings) -> None:
+    tasks = [load_task(_task(tmp_path, "conv2d_instance_norm", CONV2D_INSTANCE_NORM)),
+             load_task(_task(tmp_path, "conv3d_gelu_pool", CONV3D_GELU_POOL))]
+    readings = read_tasks(tasks, settings)
+    specs = [analyse(readings[t.digest], V6E) for t in tasks]
+    assert [s.family for s in specs] == ["convolution", "convolution"]
+    assert "per-plane statistics" in specs[0].describe() and "global pool" in specs[1].describe()
+    plan = choose(specs[1], V6E)[1]
+    assert any("rounded to bf16 for the MXU with f32 accumulation" in line for line in plan)  # XLA's default
+    requests = []
+    for task, spec in zip(tasks, specs, strict=True):
+        kernel = tmp_path / f"{task.task_id}.py"
+        kernel.write_text(source(spec, choose(spec, V6E)[0]))
+        requests.append(EvalRequest(task.path, kernel, "v6e"))
+    results = evaluate_many(requests, settings)
+    assert [r.verdict for r in results] == ["ok", "ok"], [r.message for r in results]
+
+
+def test_a_padded_convolution_is_refused_with_the_reason(tmp_path: Path, settings: Settings) -> None:
+    task = load_task(_task(tmp_path, "padded", PADDED_CONV))
+    with pytest.raises(NotRecognised, match="VALID"):
+        analyse(read_task(task, settings), V6E)
