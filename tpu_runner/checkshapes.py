@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jax
@@ -26,7 +26,7 @@ from tpu_runner import jaxpr_walk
 from tpu_runner.coverage import output_coverage
 from tpu_runner.protocol import Budget
 from tpu_runner.structure import ProgramForm, differences, program_form
-from tpu_runner.tasks import ArgSpec, Configuration
+from tpu_runner.tasks import Configuration
 from tpu_runner.traffic import TrafficReport, pallas_traffic
 
 TILED_FACTORS = (64, 32, 16, 8, 4, 2, 1)
@@ -153,7 +153,7 @@ def _mapped(config: Configuration, mapping: dict[int, int], ranges: Sequence[tup
     for a, rng in zip(config.dynamic, ranges, strict=True):
         if rng is not None and rng[1] + 1 in mapping:  # indices into a dimension that shrank
             rng = (rng[0], min(rng[1], mapping[rng[1] + 1] - 1))
-        specs.append(ArgSpec(tuple(mapping[d] for d in a.shape), a.dtype, rng))
+        specs.append(replace(a, shape=tuple(mapping[d] for d in a.shape), int_range=rng))
     return Configuration(tuple(specs), config.static)
 
 
@@ -228,7 +228,7 @@ def split_candidates(config: Configuration, traffic: TrafficReport, ranges: Sequ
                     peers = {shapes[bi][bj] for bi, bj, bd in blocked if bd == d}
                     if units[i][j] == tiles[i][j] and peers:
                         shape[j] = pick(peers)
-                specs.append(ArgSpec(tuple(shape), a.dtype, rng))
+                specs.append(replace(a, shape=tuple(shape), int_range=rng))
             small = Configuration(tuple(specs), config.static)
             if sum(math.prod(a.shape) for a in small.dynamic) <= max_elements and small.dynamic != config.dynamic \
                     and small not in out:

@@ -54,9 +54,9 @@ from tpu_runner.tasks import (
     config_to_json,
     has_test_inputs,
     import_reference,
-    integer_inputs,
+    input_bounds,
     load_task,
-    with_integer_ranges,
+    with_input_bounds,
     with_values,
 )
 from tpu_runner.traffic import pallas_traffic, traffic_to_json
@@ -289,7 +289,7 @@ class CandidateStages:
             self.detect_device()
             task = load_task(self.request.task_dir)
             ref_fn = import_reference(task).computation
-            prod = with_integer_ranges(abstract_configurations(task), integer_inputs(task))
+            prod = with_input_bounds(abstract_configurations(task), input_bounds(task))
             self.leave()
             self.enter("lower")
             snapshot = integrity.take_snapshot()

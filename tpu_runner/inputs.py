@@ -39,6 +39,8 @@ def _draw(spec: ArgSpec, distribution: str, rng: np.random.Generator) -> np.ndar
         values = rng.standard_normal(spec.shape) * LARGE_SCALE
     else:
         values = rng.standard_normal(spec.shape)
+    if spec.nonnegative:  # the task's values are all >= 0 (a variance): a negative draw is no test of the kernel
+        values = np.abs(values)
     return values.astype(np.float32).astype(dtype)
 
 

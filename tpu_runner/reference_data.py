@@ -29,7 +29,7 @@ from tpu_runner.sandbox import ChildOutcome, child_environment, run_child
 from tpu_runner.tasks import Configuration, Task, TaskError, config_from_json
 
 NUMERICS = "tpu-default-v2"  # how the reference's outputs are computed (numerics.as_on_tpu); part of every key
-LAYOUT = "v3"  # of the programs' cache entries
+LAYOUT = "v4"  # of the programs' cache entries (v4: float inputs say whether they are nonnegative)
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
 

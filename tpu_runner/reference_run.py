@@ -28,9 +28,9 @@ from tpu_runner.tasks import (
     config_from_json,
     config_to_json,
     import_reference,
-    integer_inputs,
+    input_bounds,
     load_task,
-    with_integer_ranges,
+    with_input_bounds,
     with_values,
 )
 
@@ -65,7 +65,7 @@ def describe(task_dir: str, out: Path) -> ExportedTask:
     ref_fn = import_reference(task).computation
     described = ExportedTask()
     out.mkdir(parents=True, exist_ok=True)
-    prod = with_integer_ranges(abstract_configurations(task), integer_inputs(task))
+    prod = with_input_bounds(abstract_configurations(task), input_bounds(task))
     for i, config in enumerate(prod):
         described.production.append(config_to_json(config))
         args = [jax.ShapeDtypeStruct(a.shape, np.dtype(a.dtype)) for a in config.dynamic]

@@ -13,7 +13,7 @@ import importlib.util
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -161,6 +161,7 @@ class ArgSpec:
     shape: tuple[int, ...]
     dtype: str
     int_range: tuple[int, int] | None = None  # integer inputs: the task's own min and max
+    nonnegative: bool = False  # a float input whose task values are all >= 0 (a variance, a scale): drawn so too
 
     @property
     def nbytes(self) -> int:
@@ -287,27 +288,38 @@ def has_test_inputs(task: Task) -> bool:
     return callable(getattr(import_reference(task), "get_test_inputs", None))
 
 
-def integer_inputs(task: Task) -> list[dict[int, Any]]:
-    """The task's own integer (and bool) inputs of get_inputs(), per configuration: {argument index: array}.
+SMALL_FLOAT_INPUT = 1 << 20  # float inputs up to this many elements have their sign looked at
 
-    Computed under jit with only those leaves returned, so the floating inputs beside them are never built (a
+
+def input_bounds(task: Task) -> list[dict[int, Any]]:
+    """What the evaluator keeps of the task's own get_inputs() values, per configuration, by argument index: the
+    integer (and bool) arrays, and for small float inputs (vectors of weights, variances) whether all are >= 0.
+
+    Computed under jit with only those leaves returned, so the large floating inputs are never built (a
     128k-vocabulary logits matrix is several GB); host-side get_inputs() code has to run for real."""
     import jax
+    import jax.numpy as jnp
     import numpy as np
 
     module = import_reference(task)
 
+    def bound(x: Any) -> Any:
+        if _is_integer(x):
+            return x
+        if jnp.issubdtype(x.dtype, jnp.floating) and x.size <= SMALL_FLOAT_INPUT:  # bf16 too (np's is not)
+            return jnp.all(x >= 0)
+        return None
+
     def integer_leaves() -> list[list[Any]]:
         pairs = split_configurations(module.get_inputs(), f"{task.reference_path}: get_inputs()")
-        return [[x if np.issubdtype(np.dtype(x.dtype), np.integer) or np.dtype(x.dtype) == np.bool_ else None
-                 for x in dyn] for dyn, _ in pairs]
+        return [[bound(x) for x in dyn] for dyn, _ in pairs]
 
     try:
         shapes = jax.eval_shape(integer_leaves)
     except TaskError:
         raise
     except Exception:  # host-side code: run it for real
-        return [{i: np.asarray(v) for i, v in enumerate(c.values or ()) if _is_integer(v)}
+        return [{i: b for i, b in ((i, bound(np.asarray(v))) for i, v in enumerate(c.values or ())) if b is not None}
                 for c in concrete_configurations(task, "get_inputs")]
     if not any(x is not None for config in shapes for x in config):
         return [{} for _ in shapes]
@@ -322,14 +334,24 @@ def _is_integer(x: Any) -> bool:
     return bool(np.issubdtype(dtype, np.integer) or dtype == np.bool_)
 
 
-def with_integer_ranges(configs: list[Configuration], ints: list[dict[int, Any]]) -> list[Configuration]:
-    """Production configurations whose integer inputs carry the task's own min and max."""
+def with_input_bounds(configs: list[Configuration], bounds: list[dict[int, Any]]) -> list[Configuration]:
+    """Production configurations whose integer inputs carry the task's own min and max, and whose small float
+    inputs say whether the task's values are all >= 0 (input_bounds)."""
+    import jax.numpy as jnp
+    import numpy as np
+
     out = []
-    for config, values in zip(configs, ints, strict=True):
-        specs = tuple(ArgSpec(a.shape, a.dtype, (int(values[i].min()), int(values[i].max()))
-                              if i in values and values[i].size else a.int_range)
-                      for i, a in enumerate(config.dynamic))
-        out.append(Configuration(specs, config.static, config.values))
+    for config, values in zip(configs, bounds, strict=True):
+        specs = []
+        for i, a in enumerate(config.dynamic):
+            value = np.asarray(values[i]) if i in values else None
+            if value is None or not value.size:
+                specs.append(a)
+            elif jnp.issubdtype(np.dtype(a.dtype), jnp.floating):
+                specs.append(replace(a, nonnegative=bool(value)))
+            else:
+                specs.append(replace(a, int_range=(int(value.min()), int(value.max()))))
+        out.append(Configuration(tuple(specs), config.static, config.values))
     return out
 
 
@@ -355,13 +377,14 @@ def _static_from_json(value: Any) -> Any:
 
 def config_to_json(config: Configuration) -> dict[str, Any]:
     return {"dynamic": [{"shape": list(a.shape), "dtype": a.dtype, "int_range": list(a.int_range)
-                         if a.int_range else None} for a in config.dynamic],
+                         if a.int_range else None, "nonnegative": a.nonnegative} for a in config.dynamic],
             "static": [_static_to_json(s) for s in config.static]}
 
 
 def config_from_json(data: dict[str, Any]) -> Configuration:
     dynamic = tuple(ArgSpec(tuple(int(d) for d in a["shape"]), str(a["dtype"]),
-                            (int(a["int_range"][0]), int(a["int_range"][1])) if a.get("int_range") else None)
+                            (int(a["int_range"][0]), int(a["int_range"][1])) if a.get("int_range") else None,
+                            bool(a.get("nonnegative", False)))
                     for a in data["dynamic"])
     return Configuration(dynamic, tuple(_static_from_json(s) for s in data["static"]))
 

@@ -166,7 +166,7 @@ def matmul_space(spec: Matmul) -> dict[str, tuple[Any, ...]]:
     # Rows of the tile multiplied and finished at a time: large tiles (fewer HBM re-reads) then need VMEM for the
     # accumulator only, not for a tile-sized f32 product and epilogue temporaries besides.
     space["SUB_M"] = (128, 256, 512)
-    space["VMEM_LIMIT_BYTES"] = tuple(m * 2**20 for m in (16, 32, 64, 100))
+    space["VMEM_LIMIT_BYTES"] = tuple(m * 2**20 for m in (16, 32, 64, 100, 120))
     space["BUFFERS"] = (1, 2)  # Mosaic pipelines a pallas_call's inputs with one or two buffers
     space["FUSE_EPILOGUE"] = (True, False)
     # Where the running sum is kept: f32, or (for bf16 operands) bf16, half the VMEM and less accurate.

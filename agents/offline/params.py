@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from agents.offline.attention import Attention, attention_params
 from agents.offline.emit import space_of
-from agents.offline.expr import default_dtypes
+from agents.offline.expr import NotRecognised, default_dtypes
 from agents.offline.families import Matmul, Rowwise, Spec
 from agents.offline.kernel_family import FamilySpec
 from agents.offline.program import Program, Value, itemsize
+from storage.settings import EvalLimits
+from tpu_runner.calibration import GRID_STEP_CYCLES, HBM_EFFICIENCY
 from tpu_runner.hardware import ChipSpec
 
 MiB = 2**20
@@ -83,6 +86,62 @@ def rowwise_params(spec: Rowwise, chip: ChipSpec) -> tuple[dict[str, Any], list[
     return _with_dtypes(params, reasons, space, chip)
 
 
+@dataclass(frozen=True)
+class MatmulTile:
+    bm: int
+    bn: int
+    bk: int
+    sub: int
+    limit: int
+    vmem: int
+    traffic: int
+    steps: int
+    memory_s: float
+    seconds: float
+
+
+def _matmul_tile(spec: Matmul, chip: ChipSpec, space: dict[str, tuple[Any, ...]]) -> MatmulTile | None:
+    """The tile the time model likes best: max(MXU time, HBM traffic at the usable bandwidth) plus a fixed cost
+    per grid step, among the tiles whose VMEM (double-buffered inputs, f32 accumulator, double-buffered output
+    and epilogue operand blocks, the epilogue's f32 temporaries on SUB_M rows) fits a declared limit."""
+    in_bytes, out_bytes = itemsize(spec.lhs.value.dtype), itemsize(spec.output.dtype)
+    batch = max(1, math.prod(spec.main) // (spec.m * spec.n))
+    compute = 2 * batch * spec.m * spec.n * spec.k / chip.peak_for(spec.lhs.value.dtype)
+    full_bytes = sum(itemsize(o.value.dtype) for o in spec.operands if o.kind == "full")
+    limits = sorted(v for v in space["VMEM_LIMIT_BYTES"] if v <= chip.vmem_bytes)
+    tiles: list[MatmulTile] = []
+    widths = (spec.n,) if spec.reduces else tuple(b for b in space["BLOCK_N"] if b <= max(128, spec.n))
+    for bm in (b for b in space["BLOCK_M"] if b <= max(64, spec.m)):
+        for bn in widths:
+            for bk in (b for b in space["BLOCK_K"] if b <= max(128, spec.k)):
+                sub = next((c for c in sorted(space["SUB_M"], reverse=True) if bm % c == 0 and c < bm), bm)
+                vmem = (2 * (bm * bk + bk * bn) * in_bytes + bm * bn * 4 + 2 * bm * bn * (out_bytes + full_bytes)
+                        + 4 * sub * bn * 4)
+                limit = next((v for v in limits if vmem <= 0.8 * v), None)
+                if limit is None:
+                    continue
+                m_p, n_p, k_p = (-(-spec.m // bm) * bm, -(-spec.n // bn) * bn, -(-spec.k // bk) * bk)
+                traffic = batch * (m_p * k_p * in_bytes * (n_p // bn) + k_p * n_p * in_bytes * (m_p // bm)
+                                   + m_p * n_p * (out_bytes + full_bytes))
+                steps = batch * (m_p // bm) * (n_p // bn) * (k_p // bk)
+                memory = traffic / (chip.hbm_bandwidth * HBM_EFFICIENCY)
+                seconds = max(compute * (m_p * n_p * k_p) / (spec.m * spec.n * spec.k), memory) \
+                    + steps * GRID_STEP_CYCLES / chip.clock_hz
+                tiles.append(MatmulTile(bm, bn, bk, sub, limit, vmem, traffic, steps, memory, seconds))
+    if not tiles:
+        return None
+    # Among the tiles within 2% of the best time, the smallest: less VMEM, and the evaluator can check a kernel
+    # at derived shapes only as small as its blocks (a multiple of each), within its interpret-mode budget.
+    if not spec.reduces:  # (whole rows follow the array: N is not a block there)
+        full = sum(o.kind == "full" for o in spec.operands)
+        checkable = [t for t in tiles if t.bm * t.bk + t.bk * t.bn + t.bm * t.bn * (1 + full) + 8 * t.bn
+                     <= EvalLimits.full_check_elements]
+        tiles = checkable or tiles
+    fastest = min(t.seconds for t in tiles)
+    return min((t for t in tiles if t.seconds <= 1.02 * fastest),
+               key=lambda t: (t.bm * t.bn + t.bk * (t.bm + t.bn), t.seconds))
+
+
 def matmul_params(spec: Matmul, chip: ChipSpec) -> tuple[dict[str, Any], list[str]]:
     space = space_of(spec)
     in_bytes = itemsize(spec.lhs.value.dtype)
@@ -95,29 +154,22 @@ def matmul_params(spec: Matmul, chip: ChipSpec) -> tuple[dict[str, Any], list[st
     reasons = [f"{flops / 1e9:.1f} GFLOP over at least {ideal_bytes / MiB:.0f} MiB: arithmetic intensity "
                f"{intensity:.0f} FLOP/byte against {chip.name}'s ridge point of {ridge:.0f}, so the kernel is "
                f"{'compute' if intensity > ridge else 'memory'}-bound at best."]
-    budget = 0.5 * DEFAULT_VMEM_LIMIT
-    if spec.reduces:
-        # The epilogue's row reductions need the whole output row: bn = N, and the f32 accumulator is bm x N.
-        bk = _floor_in(space["BLOCK_K"], min(512, max(128, spec.k)))
-        bm = _floor_in(space["BLOCK_M"], budget / (spec.n * 4 + 2 * bk * in_bytes + 2 * spec.n * 4))
-        params.update(BLOCK_M=bm, BLOCK_K=bk)
-        reasons.append(f"The epilogue reduces over rows, so each block holds whole rows of {spec.n} columns; "
-                       f"{bm} rows keep the f32 accumulator ({bm * spec.n * 4 / MiB:.1f} MiB) and double-buffered "
-                       f"inputs within half the scoped VMEM.")
-    else:
-        # Larger tiles re-read each operand fewer times (A is read N/bn times, B M/bm times).
-        # bf16 at the MXU's rate needs the larger tiles to stay compute-bound; f32 tiles cost twice the VMEM.
-        edge = 1024 if in_bytes == 2 and intensity > ridge else 512
-        bm = _floor_in(space["BLOCK_M"], min(edge, spec.m))
-        bn = _floor_in(space["BLOCK_N"], min(edge, spec.n))
-        bk = _floor_in(space["BLOCK_K"], min(512, spec.k))
-        while 2 * (bm * bk + bk * bn) * in_bytes + bm * bn * 4 + 2 * bm * bn * 4 > budget and bk > 128:
-            bk //= 2
-        params.update(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)
-        reasons.append(f"Tiles of {bm}x{bn} with K steps of {bk}: HBM traffic is A x {max(1, spec.n // bn)} + "
-                       f"B x {max(1, spec.m // bm)} re-reads, and the double-buffered tiles plus the f32 accumulator "
-                       f"take {(2 * (bm * bk + bk * bn) * in_bytes + 3 * bm * bn * 4) / MiB:.1f} MiB of VMEM.")
-    params["VMEM_LIMIT_BYTES"] = DEFAULT_VMEM_LIMIT
+    tile = _matmul_tile(spec, chip, space)
+    if tile is None:
+        raise NotRecognised(f"no matmul tile of {spec.m}x{spec.n} fits {chip.name}'s VMEM with whole rows of "
+                            f"{spec.n} columns")
+    params.update({"BLOCK_M": tile.bm, "BLOCK_K": tile.bk, "SUB_M": tile.sub, "VMEM_LIMIT_BYTES": tile.limit})
+    if not spec.reduces:
+        params["BLOCK_N"] = tile.bn
+    rows = (f"The epilogue reduces over rows, so each block holds whole rows of {spec.n} columns; "
+            if spec.reduces else "")
+    reasons.append(
+        f"{rows}Tiles of {tile.bm}x{tile.bn} with K steps of {tile.bk}, chosen by the time model over the "
+        f"space: HBM traffic A x {-(-spec.n // tile.bn)} + B x {-(-spec.m // tile.bm)} re-reads is "
+        f"{tile.traffic / MiB:.0f} MiB ({tile.memory_s * 1e3:.3g} ms at {chip.name}'s usable bandwidth) against "
+        f"{flops / peak * 1e3:.3g} ms of MXU work and {tile.steps} grid steps; the double-buffered tiles, the "
+        f"f32 accumulator and the output blocks take ~{tile.vmem / MiB:.0f} MiB of VMEM under a "
+        f"{tile.limit // MiB} MiB scoped limit, the epilogue finishing {tile.sub} rows at a time.")
     if in_bytes == 2:
         reasons.append("bf16 operands go to the MXU as bf16 with f32 accumulation (preferred_element_type).")
     elif not spec.highest:

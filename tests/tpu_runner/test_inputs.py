@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from tpu_runner.inputs import EVALUATOR_CASES, LARGE_SCALE, Case, case_inputs
-from tpu_runner.tasks import ArgSpec, Configuration
+from tpu_runner.tasks import (
+    ArgSpec,
+    Configuration,
+    abstract_configurations,
+    config_from_json,
+    config_to_json,
+    input_bounds,
+    load_task,
+    with_input_bounds,
+)
 
 CASES = {case.name: case for case in EVALUATOR_CASES}
 BF16 = np.dtype(jnp.bfloat16).name
@@ -104,3 +115,23 @@ def test_one_array_per_dynamic_arg_and_statics_are_not_drawn():
     config = Configuration(dynamic=(ArgSpec((2,), "float32"), ArgSpec((3,), "int32")), static=(1e-5, 4))
     got = case_inputs(config, CASES["uniform"])
     assert [a.shape for a in got] == [(2,), (3,)]
+
+
+@pytest.mark.parametrize("case", ["normal", "uniform", "large"])
+def test_a_nonnegative_input_is_drawn_nonnegative(case: str) -> None:
+    got = _one(ArgSpec((4096,), "bfloat16", nonnegative=True), case)
+    assert got.astype(np.float32).min() >= 0.0 and got.astype(np.float32).max() > 0.5
+
+
+def test_small_float_inputs_say_whether_the_tasks_values_are_nonnegative(tmp_path: Path) -> None:
+    (tmp_path / "reference.py").write_text(
+        "import jax\nimport jax.numpy as jnp\n\n\ndef computation(x, var):\n"
+        "    return x * jax.lax.rsqrt(var + 1e-5)\n\n\ndef get_inputs():\n"
+        "    k = jax.random.PRNGKey(0)\n"
+        "    var = jax.random.uniform(k, (128,), minval=0.5, maxval=1.5).astype(jnp.bfloat16)\n"  # not np.floating
+        "    return [jax.random.normal(k, (8, 128)), var], []\n")
+    (tmp_path / "kernel_task.yaml").write_text("task_id: nonneg\ndescription: x\natol: 1.0e-3\nrtol: 1.0e-3\n")
+    task = load_task(tmp_path)
+    config = with_input_bounds(abstract_configurations(task), input_bounds(task))[0]
+    assert [a.nonnegative for a in config.dynamic] == [False, True]
+    assert config_from_json(config_to_json(config)) == config
