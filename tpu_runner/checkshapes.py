@@ -157,11 +157,59 @@ def _mapped(config: Configuration, mapping: dict[int, int], ranges: Sequence[tup
     return Configuration(tuple(specs), config.static)
 
 
+def free_axes(config: Configuration, ref_fn: Callable[..., Any], ref_form: ReferenceForm) -> set[tuple[int, int]]:
+    """Leading input axes (not one of an input's last two) the reference lets shrink on their own, to 1, and
+    still computes the same there: a batch axis that merely has the size of an image's side, say. Mapping sizes
+    by value would hold it at that side's tile. None for a task with integer inputs: an index into a leading
+    axis would point past its end once it shrank, and an out-of-range gather is no check."""
+    if any(np.issubdtype(np.dtype(a.dtype), np.integer) or np.dtype(a.dtype) == np.bool_ for a in config.dynamic):
+        return set()
+    free = set()
+    for i, a in enumerate(config.dynamic):
+        for j, d in enumerate(a.shape[:-2]):
+            if d <= 1:
+                continue
+            shape = a.shape[:j] + (1,) + a.shape[j + 1:]
+            trial = Configuration(tuple(replace(b, shape=shape) if k == i else b
+                                        for k, b in enumerate(config.dynamic)), config.static)
+            try:
+                jax.eval_shape(jax.jit(ref_fn, static_argnums=trial.static_argnums), *_abstract(trial))
+                here = reference_form(trial, ref_fn)
+            except Exception:  # noqa: BLE001 - the reference refuses it: the axis is tied to another
+                continue
+            if not differences(here.form, ref_form.form, limit=1) and not new_broadcasts(here, ref_form):
+                free.add((i, j))
+    return free
+
+
+def new_broadcasts(here: ReferenceForm, there: ReferenceForm) -> bool:
+    """Does some operand broadcast a size-1 axis here that it did not there? (Axes that became 1 on both sides
+    of an equation broadcast nothing; a per-channel bias meeting a single channel does.)"""
+    if len(here.broadcasts) != len(there.broadcasts):
+        return True
+    return any(h and not t for a, b in zip(here.broadcasts, there.broadcasts, strict=True)
+               for h, t in zip(a, b, strict=True))
+
+
+def _with_free_axes(small: Configuration, config: Configuration, free: set[tuple[int, int]],
+                    need: dict[int, int]) -> Configuration:
+    """`small` with the free axes shrunk to 1 (or to the kernel's block along them)."""
+    if not free:
+        return small
+    specs = []
+    for i, (a, b) in enumerate(zip(small.dynamic, config.dynamic, strict=True)):
+        shape = tuple(min(need.get(d, 1), d) if (i, j) in free else s
+                      for j, (s, d) in enumerate(zip(a.shape, b.shape, strict=True)))
+        specs.append(replace(a, shape=shape))
+    return Configuration(tuple(specs), small.static)
+
+
 def derived_candidates(config: Configuration, need: dict[int, int], ranges: Sequence[tuple[int, int] | None],
-                       max_elements: int) -> list[Configuration]:
+                       max_elements: int, free: set[tuple[int, int]] | None = None) -> list[Configuration]:
     """Smaller configurations, smallest first, within `max_elements` of input. Sizes are mapped by value, so
     equal dimensions stay equal; the tiled sizes (last two dimensions) and the leading ones each shrink by one
-    factor, so ratios among the leading ones (query heads to kv heads) are kept too."""
+    factor, so ratios among the leading ones (query heads to kv heads) are kept too. With `free` axes
+    (free_axes), each mapping is also tried with those at 1."""
     dims = sorted({d for a in config.dynamic for d in a.shape})
     tiled = tiled_sizes(config)
     seen: set[tuple[tuple[int, ...], ...]] = {tuple(a.shape for a in config.dynamic)}
@@ -170,12 +218,13 @@ def derived_candidates(config: Configuration, need: dict[int, int], ranges: Sequ
         for factor in TILED_FACTORS:
             mapping = {d: _shrunk(d, factor, math.lcm(_tile(d), need.get(d, 1))) if d in tiled
                        else _shrunk(d, lead, need.get(d, 1)) for d in dims}
-            small = _mapped(config, mapping, ranges)
-            key = tuple(a.shape for a in small.dynamic)
-            if key in seen or sum(math.prod(s) for s in key) > max_elements:
-                continue
-            seen.add(key)
-            out.append(small)
+            mapped = _mapped(config, mapping, ranges)
+            for small in (mapped, _with_free_axes(mapped, config, free or set(), need)):
+                key = tuple(a.shape for a in small.dynamic)
+                if key in seen or sum(math.prod(s) for s in key) > max_elements:
+                    continue
+                seen.add(key)
+                out.append(small)
     out.sort(key=lambda c: sum(math.prod(a.shape) for a in c.dynamic))
     return out
 
@@ -282,7 +331,7 @@ def try_shape(config: Configuration, ref_fn: Callable[..., Any], cand_fn: Callab
     if ref_form is not None:
         here = reference_form(config, ref_fn)
         changed = differences(here.form, ref_form.form, limit=1)
-        if changed or here.broadcasts != ref_form.broadcasts:
+        if changed or new_broadcasts(here, ref_form):
             return Trial(config, False, "the reference computes differently there ("
                          + (changed[0] if changed else "a size-1 axis now broadcasts against a larger one") + ")")
     try:
@@ -336,10 +385,11 @@ def choose(*, production: list[Production], tests: list[Configuration], ref_fn: 
         fallback: Trial | None = None
         picked: Trial | None = None
         traced = 0
-        candidates = derived_candidates(prod.config, need, int_ranges[i], budget.elements)
+        ref_form = reference_form(prod.config, ref_fn)
+        free = free_axes(prod.config, ref_fn, ref_form)
+        candidates = derived_candidates(prod.config, need, int_ranges[i], budget.elements, free)
         candidates += [c for c in split_candidates(prod.config, prod.traffic, int_ranges[i], budget.elements)
                        if c not in candidates]
-        ref_form = reference_form(prod.config, ref_fn)
         for small in candidates:
             if traced >= MAX_TRIALS:
                 break

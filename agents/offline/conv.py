@@ -335,9 +335,16 @@ def _wide_positions(spec: Conv) -> int:
     return spec.out_spatial[0] * inner
 
 
+def _flattens_in_vmem(spec: Conv) -> bool:
+    """Rows whole lane tiles long, in groups of 8 (the sublane tile): the kernel flattens the image itself."""
+    return spec.in_spatial[-1] % 128 == 0 and math.prod(spec.in_spatial[:-1]) % 8 == 0
+
+
 def _vmem_bytes(spec: Conv, block_co: int, block_p: int, chunk: int) -> int:
     halo = sum(off for off in _offset_strides(spec)) + 256
-    x_bytes = 2 * max(16, _padded_channels(spec.c_in)) * (math.prod(spec.in_spatial) + halo) * itemsize(spec.dtype)
+    copies = 3 if _flattens_in_vmem(spec) else 2  # double-buffered, and flattened in VMEM when it is
+    x_bytes = copies * max(16, _padded_channels(spec.c_in)) * (math.prod(spec.in_spatial) + halo) \
+        * itemsize(spec.dtype)
     patch = spec.taps * _padded_channels(spec.c_in) * chunk * 6  # f32 patch and its bf16 copy for the MXU
     acc = block_co * block_p * 4
     # The epilogue's f32 values: on the whole tile before a pool, on EPI_ROWS rows at a time otherwise (the
@@ -456,7 +463,7 @@ def _epilogue_text(spec: Conv) -> tuple[str, list[str]]:
         # EPI_ROWS rows at a time: its f32 temporaries are a slice, not copies of the whole tile in VMEM.
         code = _epilogue(spec, spec.ops, rows="rows, :")
         body = _indent(code.lines, "        ")
-        return (f"    def _epilogue(r, carry):\n        rows = pl.ds(pl.multiple_of(r * sub, sub), sub)\n{body}\n"
+        return (f"    def _epilogue(r, carry):\n        rows = pl.ds(pl.multiple_of(r * sub, 8), sub)\n{body}\n"
                 f"        o_ref[rows, :] = jnp.broadcast_to({code.ref(spec.output)}, o_ref[rows, :].shape)"
                 ".astype(o_ref.dtype)\n        return carry\n\n"
                 "    lax.fori_loop(0, acc_ref.shape[0] // sub, _epilogue, 0)\n"), []
@@ -494,7 +501,11 @@ def conv_source(spec: Conv, params: dict[str, Any], header: str, tunable_text: s
     full_out = value_kind(spec.output.shape, spec.conv_out.shape) == FULL
     refs = ["x_ref", "w_ref"] + [f"e{o.index}_ref" for o in spec.operands] + (["m_ref"] if needs_mask else [])
     n_red = len(reduce_scratch)
-    scratch_names = ["o_ref", "acc_ref", "patch_ref"] + [f"r{k}_ref" for k in range(n_red)]
+    # Rows a whole number of lane tiles long: the kernel flattens the image in VMEM itself, so XLA neither
+    # relayouts it to (C, D*H*W) nor pads it in HBM (each a full pass over the input).
+    flat = _flattens_in_vmem(spec)
+    scratch_names = ["o_ref", "acc_ref", "patch_ref"] + (["flat_ref"] if flat else []) \
+        + [f"r{k}_ref" for k in range(n_red)]
     ops_per_element, transcendental = _flops_per_element(spec)
     operand_specs = {ROW: "pl.BlockSpec((bco, 1), lambda n, co, pi: (co, 0))",
                      SCALAR: "pl.BlockSpec((1, 1), lambda n, co, pi: (0, 0))"}
@@ -520,9 +531,32 @@ def conv_source(spec: Conv, params: dict[str, Any], header: str, tunable_text: s
         out_block = "pl.BlockSpec((None, bco, 1), lambda n, co, pi: (n, co, 0))"
         out_shape = f"jax.ShapeDtypeStruct((batch, c_out_p, 1), jnp.{spec.output.dtype})"
         crop = f"    return lax.slice(out, (0, 0, 0), (batch, c_out, 1)).reshape({_out_shape_expr(spec)})\n"
-    semantics = '("parallel", "parallel", "arbitrary")' if spec.mode == POOL else \
-        '("parallel", "parallel", "parallel")'
+    semantics = '("parallel", "arbitrary", "arbitrary")' if flat else \
+        '("parallel", "parallel", "arbitrary")' if spec.mode == POOL else '("parallel", "parallel", "parallel")'
     block_p = "p_total" if spec.mode == PLANE else "min(_round_up(BLOCK_P, chunk), p_total)"
+    if flat:
+        flatten = ("\n    @pl.when((pl.program_id(1) == 0) & (pi == 0))\n    def _flatten():  # once per sample: one "
+                   "row of positions per channel, zeros past the image and in the padded channels\n"
+                   "        flat_ref[...] = jnp.zeros_like(flat_ref)\n"
+                   "        c, width = x_ref.shape[0], x_ref.shape[-1]\n"
+                   "        lines = x_ref.reshape(c, -1, width) if x_ref.ndim > 3 else x_ref\n\n"
+                   "        def _lines(g, carry):  # 8 image rows (all channels) to their places in the flat rows\n"
+                   "            group = lines[:, pl.ds(pl.multiple_of(g * 8, 8), 8), :]\n"
+                   "            for j in range(8):\n"
+                   "                at = pl.multiple_of((g * 8 + j) * width, 128)\n"
+                   "                flat_ref[:c, pl.ds(at, width)] = group[:, j, :]\n"
+                   "            return carry\n\n"
+                   "        lax.fori_loop(0, lines.shape[1] // 8, _lines, 0)\n")
+        x_prep = "    xf = x  # flattened in VMEM by the kernel\n"
+        x_spec = ("pl.BlockSpec((None, c_in) + tuple(in_spatial), "
+                  "lambda n, co, pi: (n,) + (0,) * (len(in_spatial) + 1))")
+        flat_scratch = " + [pltpu.VMEM((c_in_p, s_pad), x.dtype)]"
+    else:
+        flatten = ""
+        x_prep = ("    # [N, C_in_p, S_pad]: positions on the lanes; zeros past the end feed only wide or padded "
+                  "positions.\n    xf = _padded(_padded(x.reshape(batch, c_in, -1), 1, c_in_p), 2, s_pad)\n")
+        x_spec = "pl.BlockSpec((None, c_in_p, s_pad), lambda n, co, pi: (n, 0, 0))"
+        flat_scratch = ""
     imports = header.replace("import jax\n", "import functools\nimport itertools\nimport math\n\nimport jax\n", 1)
     return imports + tunable_text + f'''
 MODE = {spec.mode!r}  # {dict(tiled="no reduction", pool="a global pool", plane="plane statistics")[spec.mode]}
@@ -574,11 +608,11 @@ def _conv_chunk(x_ref, w_ref, patch_ref, start, offsets, c_in, chunk):
 def _kernel({", ".join(refs)}, {", ".join(scratch_names)}, *, offsets, c_in, chunk, count, sub):
     pi = pl.program_id(2)
     bp = acc_ref.shape[-1]
-
+{flatten}
     def body(c, carry):
         local = pl.multiple_of(c * chunk, 128)
-        acc_ref[:, pl.ds(local, chunk)] = _conv_chunk(x_ref, w_ref, patch_ref, pi * bp + local, offsets, c_in,
-                                                      chunk)
+        acc_ref[:, pl.ds(local, chunk)] = _conv_chunk({"flat_ref" if flat else "x_ref"}, w_ref, patch_ref,
+                                                      pi * bp + local, offsets, c_in, chunk)
         return carry
 
     lax.fori_loop(0, bp // chunk, body, 0)
@@ -602,8 +636,7 @@ def computation({", ".join([f"a{i}" for i in range(spec.n_inputs)] + [f"s{i}" fo
     bco = c_out if c_out <= BLOCK_CO else BLOCK_CO
     c_out_p = _round_up(c_out, bco)
     s_pad = max(math.prod(in_spatial), p_pad + (max(offsets) // 128 + 1) * 128)
-    # [N, C_in_p, S_pad]: positions on the lanes; zeros past the end feed only wide or padded positions.
-    xf = _padded(_padded(x.reshape(batch, c_in, -1), 1, c_in_p), 2, s_pad)
+{x_prep}
     wt = jnp.moveaxis(_padded(w, 1, c_in_p), 1, -1).reshape(c_out, len(offsets), c_in_p)  # [C_out, taps, C_in]
     wt = _padded(wt, 0, c_out_p).astype({mxu})
     if FOLD_TAPS:
@@ -617,11 +650,11 @@ def computation({", ".join([f"a{i}" for i in range(spec.n_inputs)] + [f"s{i}" fo
     out = pl.pallas_call(
         kernel,
         grid=(batch, c_out_p // bco, p_pad // bp),
-        in_specs=[pl.BlockSpec((None, c_in_p, s_pad), lambda n, co, pi: (n, 0, 0)), w_spec{operand_in}{mask_in}],
+        in_specs=[{x_spec}, w_spec{operand_in}{mask_in}],
         out_specs={out_block},
         out_shape={out_shape},
         scratch_shapes=[pltpu.VMEM((bco, bp), jnp.float32),
-                        pltpu.VMEM((len(offsets) * c_in_p if FOLD_TAPS else 8, chunk), jnp.float32)]
+                        pltpu.VMEM((len(offsets) * c_in_p if FOLD_TAPS else 8, chunk), jnp.float32)]{flat_scratch}
                        + [{", ".join(reduce_scratch)}],
         compiler_params=pltpu.CompilerParams(dimension_semantics={semantics},
                                              vmem_limit_bytes=VMEM_LIMIT_BYTES),

@@ -280,7 +280,7 @@ def _kernel(lhs_ref, rhs_ref, *refs, sub):
     # `sub` rows at a time, so the f32 product of a large tile never needs a tile-sized temporary.
     # The MXU accumulates in f32; a bf16 accumulator (ACC_DTYPE) rounds the running sum at every K step.
     def _accumulate(c, carry):
-        rows = pl.ds(pl.multiple_of(c * sub, sub), sub)
+        rows = pl.ds(pl.multiple_of(c * sub, {_align(spec.lhs.value.dtype)}), sub)
         acc_ref[rows, :] += lax.dot_general(lhs_ref[rows, :]{cast}, rhs_ref[...]{cast}, {dims},
                                             precision={precision},
                                             preferred_element_type=jnp.float32).astype(acc_ref.dtype)
@@ -295,7 +295,7 @@ def _kernel(lhs_ref, rhs_ref, *refs, sub):
             return
 {unpack}
         def _finish(c, carry):
-            rows = pl.ds(pl.multiple_of(c * sub, sub), sub)
+            rows = pl.ds(pl.multiple_of(c * sub, {_align(spec.lhs.value.dtype)}), sub)
 {_body(fused, "            ")}
             o_ref[rows, :] = jnp.broadcast_to({fused_result}, (sub, o_ref.shape[-1])).astype(o_ref.dtype)
             return carry
