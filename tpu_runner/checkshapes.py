@@ -173,8 +173,7 @@ def free_axes(config: Configuration, ref_fn: Callable[..., Any], ref_form: Refer
             trial = Configuration(tuple(replace(b, shape=shape) if k == i else b
                                         for k, b in enumerate(config.dynamic)), config.static)
             try:
-                jax.eval_shape(jax.jit(ref_fn, static_argnums=trial.static_argnums), *_abstract(trial))
-                here = reference_form(trial, ref_fn)
+                here = reference_form(trial, ref_fn)  # tracing it is the test of whether the reference accepts it
             except Exception:  # noqa: BLE001 - the reference refuses it: the axis is tied to another
                 continue
             if not differences(here.form, ref_form.form, limit=1) and not new_broadcasts(here, ref_form):
@@ -295,6 +294,7 @@ class Trial:
     problem: str = ""
     differs: list[str] = field(default_factory=list)
     cost: tuple[int, float, int] = (0, 0.0, 0)
+    reference_only: bool = False  # refused on the reference's side: only the reference was traced
 
 
 @dataclass(frozen=True)
@@ -325,15 +325,15 @@ def try_shape(config: Configuration, ref_fn: Callable[..., Any], cand_fn: Callab
     else (a per-channel bias that now broadcasts one channel to many) is no check shape either."""
     args = _abstract(config)
     try:
-        jax.eval_shape(jax.jit(ref_fn, static_argnums=config.static_argnums), *args)
+        here = reference_form(config, ref_fn)  # one trace: whether the reference accepts it, and what it computes
     except Exception as exc:  # noqa: BLE001 - a shape the reference refuses is simply not a check shape
-        return Trial(config, False, f"the reference does not accept it ({type(exc).__name__})")
+        return Trial(config, False, f"the reference does not accept it ({type(exc).__name__})", reference_only=True)
     if ref_form is not None:
-        here = reference_form(config, ref_fn)
         changed = differences(here.form, ref_form.form, limit=1)
         if changed or new_broadcasts(here, ref_form):
             return Trial(config, False, "the reference computes differently there ("
-                         + (changed[0] if changed else "a size-1 axis now broadcasts against a larger one") + ")")
+                         + (changed[0] if changed else "a size-1 axis now broadcasts against a larger one") + ")",
+                         reference_only=True)
     try:
         jaxpr = jax.make_jaxpr(cand_fn, static_argnums=config.static_argnums)(*args)
     except Exception as exc:  # noqa: BLE001 - likewise for the candidate
@@ -394,7 +394,7 @@ def choose(*, production: list[Production], tests: list[Configuration], ref_fn: 
             if traced >= MAX_TRIALS:
                 break
             trial = try_shape(small, ref_fn, cand_fn, prod, budget, ref_form)
-            traced += not trial.problem.startswith("the reference")  # those cost a trace of the reference only
+            traced += not trial.reference_only
             if not trial.ok:
                 continue
             if not trial.differs:

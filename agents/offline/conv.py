@@ -37,6 +37,7 @@ from agents.offline.expr import (
     default_dtypes,
     dtype_space,
 )
+from agents.offline.kernel_family import floor_in
 from agents.offline.program import Op, Program, Value, itemsize
 from tpu_runner.hardware import ChipSpec
 
@@ -374,10 +375,10 @@ def conv_params(spec: Conv, chip: ChipSpec) -> tuple[dict[str, Any], list[str]]:
                f"{intensity:.0f} FLOP/byte against {chip.name}'s ridge point of {peak / chip.hbm_bandwidth:.0f}, so "
                f"the convolution is {'compute' if intensity > peak / chip.hbm_bandwidth else 'memory'}-bound at "
                f"best ({max(spec.flops / peak, ideal / chip.hbm_bandwidth) * 1e3:.3g} ms)."]
-    block_co = _floor(space["BLOCK_CO"], spec.c_out) if spec.c_out > 64 else 64
+    block_co = floor_in(space["BLOCK_CO"], spec.c_out) if spec.c_out > 64 else 64
     chunk = 1024 if spec.taps * _padded_channels(spec.c_in) <= 512 else 512
     lanes = -(-wide // 128) * 128
-    block_p = -(-wide // chunk) * chunk if spec.mode == PLANE else min(_floor(space["BLOCK_P"], 4 * chunk),
+    block_p = -(-wide // chunk) * chunk if spec.mode == PLANE else min(floor_in(space["BLOCK_P"], 4 * chunk),
                                                                        -(-lanes // chunk) * chunk)
     vmem = _vmem_bytes(spec, min(block_co, spec.c_out), block_p, chunk)
     limit = next((v for v in space["VMEM_LIMIT_BYTES"] if v >= 1.25 * vmem), space["VMEM_LIMIT_BYTES"][-1])
@@ -413,11 +414,6 @@ def conv_params(spec: Conv, chip: ChipSpec) -> tuple[dict[str, Any], list[str]]:
         reasons.append("f32 operands are rounded to bf16 for the MXU with f32 accumulation, as XLA computes a "
                        "default-precision convolution on TPU.")
     return params, reasons
-
-
-def _floor(values: tuple[Any, ...], limit: float) -> Any:
-    fitting = [v for v in values if v <= limit]
-    return max(fitting) if fitting else min(values)
 
 
 def conv_strategy(spec: Conv) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents.offline.attention import Attention, attention_source, attention_space
-from agents.offline.expr import COL, FULL, ROW, SCALAR, TO_HELPER, BlockCode, as_typed, dtype_space
+from agents.offline.expr import COL, FULL, ROW, SCALAR, SOURCE_HELPERS, TO_HELPER, BlockCode, as_typed, dtype_space
 from agents.offline.families import Matmul, Operand, Rowwise, Spec
 from agents.offline.kernel_family import FamilySpec
 from agents.offline.program import Op, itemsize
@@ -18,33 +18,7 @@ from agents.offline.program import Op, itemsize
 _TRANSCENDENTAL = {"exp", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "rsqrt", "erf", "sin", "cos",
                    "exp2", "tan", "pow"}
 
-_HELPERS = '''
-
-def _block(dim, want, align):
-    """All of a dimension when it fits in `want`, else the largest aligned divisor up to `want`, else `want`
-    rounded to the alignment (the array is then padded to whole blocks)."""
-    if dim <= want:
-        return dim
-    size = max(align, want - want % align)
-    b = size
-    while b >= align:
-        if dim % b == 0:
-            return b
-        b -= align
-    return size
-
-
-def _padded(x, axis, size):
-    if x.shape[axis] == size:
-        return x
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = (0, size - x.shape[axis])
-    return jnp.pad(x, widths)
-
-
-def _round_up(n, b):
-    return -(-n // b) * b
-''' + TO_HELPER
+_HELPERS = SOURCE_HELPERS + TO_HELPER
 
 
 def _tunable(space: dict[str, tuple[Any, ...]], params: dict[str, Any]) -> str:

@@ -67,6 +67,34 @@ _FAMILY_HINTS = {
     "pad": "padding", "slice": "a slice",
 }
 FLOAT_DTYPES = ("float32", "bfloat16", "float16", "float64")
+# Helpers every written kernel module of the row-wise, matmul and scan families defines, as source text.
+SOURCE_HELPERS = '''
+
+def _block(dim, want, align):
+    """All of a dimension when it fits in `want`, else the largest aligned divisor up to `want`, else `want`
+    rounded to the alignment (the array is then padded to whole blocks)."""
+    if dim <= want:
+        return dim
+    size = max(align, want - want % align)
+    b = size
+    while b >= align:
+        if dim % b == 0:
+            return b
+        b -= align
+    return size
+
+
+def _padded(x, axis, size):
+    if x.shape[axis] == size:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, size - x.shape[axis])
+    return jnp.pad(x, widths)
+
+
+def _round_up(n, b):
+    return -(-n // b) * b
+'''
 DTYPE_CHOICES = ("reference", "float32")  # the values of a typed kernel's ELEMENTWISE_DTYPES
 TO_HELPER = '''
 

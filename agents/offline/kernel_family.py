@@ -35,3 +35,9 @@ class FamilySpec(Protocol):
 
     def source(self, params: dict[str, Any], header: str, tunable_text: str) -> str:
         """The whole kernel module: `header` (docstring and imports) and `tunable_text` (the TUNABLE block) first."""
+
+
+def floor_in(values: tuple[Any, ...], limit: float) -> Any:
+    """The largest value of a TUNABLE axis not above `limit` (the smallest value when none is)."""
+    fitting = [v for v in values if v <= limit]
+    return max(fitting) if fitting else min(values)

@@ -14,7 +14,7 @@ from agents.offline.attention import Attention, attention_params
 from agents.offline.emit import space_of
 from agents.offline.expr import NotRecognised, default_dtypes
 from agents.offline.families import Matmul, Rowwise, Spec
-from agents.offline.kernel_family import FamilySpec
+from agents.offline.kernel_family import FamilySpec, floor_in
 from agents.offline.program import Program, Value, itemsize
 from storage.settings import EvalLimits
 from tpu_runner.calibration import GRID_STEP_CYCLES, HBM_EFFICIENCY
@@ -45,12 +45,6 @@ def raised_vmem_limit(params: dict[str, Any], space: dict[str, tuple[Any, ...]],
     return {**params, "VMEM_LIMIT_BYTES": fits[0]} if fits else None
 
 
-def _floor_in(values: tuple[Any, ...], limit: float) -> Any:
-    """The largest value not above limit (the smallest value when none is)."""
-    fitting = [v for v in values if v <= limit]
-    return max(fitting) if fitting else min(values)
-
-
 def _with_dtypes(params: dict[str, Any], reasons: list[str], space: dict[str, tuple[Any, ...]],
                  chip: ChipSpec) -> tuple[dict[str, Any], list[str]]:
     """The plan's ELEMENTWISE_DTYPES, and why."""
@@ -71,10 +65,10 @@ def rowwise_params(spec: Rowwise, chip: ChipSpec) -> tuple[dict[str, Any], list[
     reasons = [f"Row reductions need whole rows in VMEM, so a block is rows x all {cols} columns." if spec.reduces
                else "Elementwise work tiles freely; blocks of up to 2048 lanes keep stores lane-dense."]
     if not spec.reduces:
-        params["BLOCK_COLS"] = _floor_in(space["BLOCK_COLS"], width)
+        params["BLOCK_COLS"] = floor_in(space["BLOCK_COLS"], width)
         width = min(cols, params["BLOCK_COLS"])
     per_row = width * 4 * max(1, sum(o.kind == "full" for o in spec.operands) + 1)
-    params["BLOCK_ROWS"] = _floor_in(space["BLOCK_ROWS"], max(8, BLOCK_TARGET_BYTES // per_row))
+    params["BLOCK_ROWS"] = floor_in(space["BLOCK_ROWS"], max(8, BLOCK_TARGET_BYTES // per_row))
     params["VMEM_LIMIT_BYTES"] = DEFAULT_VMEM_LIMIT
     working = params["BLOCK_ROWS"] * per_row / MiB
     reasons.append(f"The task is memory-bound (about {len(spec.ops)} ops per element), so the block size is set by "

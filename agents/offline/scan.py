@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from agents.offline.expr import FLOAT_DTYPES, FULL, SCALAR, BlockCode, NotRecognised, kind_of
+from agents.offline.expr import FLOAT_DTYPES, FULL, SCALAR, SOURCE_HELPERS, BlockCode, NotRecognised, kind_of
+from agents.offline.kernel_family import floor_in
 from agents.offline.program import Op, Program, Value, itemsize
 from tpu_runner.hardware import ChipSpec
 
@@ -50,11 +51,6 @@ def _roofline(moved: int, chip: ChipSpec, what: str) -> str:
     return (f"{what} is memory-bound: {moved / MiB:.0f} MiB must cross HBM (each input read once, the output written "
             f"once), at least {seconds * 1e3:.3g} ms at {chip.name}'s {chip.hbm_bandwidth / 1e9:.0f} GB/s; the "
             "kernel reads each input block once and writes each output block once.")
-
-
-def _floor_in(values: tuple[int, ...], limit: float) -> int:
-    fitting = [v for v in values if v <= limit]
-    return max(fitting) if fitting else min(values)
 
 
 def _vmem_space() -> tuple[int, ...]:
@@ -107,7 +103,7 @@ class Cumsum:
         reasons = [_roofline(moved, chip, f"A prefix sum of {size / 2**20:.0f}M elements with "
                              f"{len(self.pre) + len(self.post)} elementwise ops around it")]
         # v5e's MXU is 128 wide, v6e's 256: a chunk of one MXU width is one pass of the systolic array.
-        chunk = _floor_in(space["CHUNK"], 128 if chip.name == "v5e" else 256)
+        chunk = floor_in(space["CHUNK"], 128 if chip.name == "v5e" else 256)
         splits = 2
         mxu = 2 * splits * size * min(chunk, n)
         reasons.append(
@@ -119,7 +115,7 @@ class Cumsum:
         full = 1 + sum(kind == FULL for _, _, kind in self.operands)
         across_key = "BLOCK_ROWS" if self.lanes else "BLOCK_COLS"
         # Each streamed block ~2 MiB: rows (or lanes) x chunk x 4 bytes.
-        across = _floor_in(space[across_key], max(8, BLOCK_TARGET_BYTES // (4 * chunk)))
+        across = floor_in(space[across_key], max(8, BLOCK_TARGET_BYTES // (4 * chunk)))
         lines = math.prod(self.shape) // n
         working = (2 * full * across * chunk * 4 + 4 * across * chunk * 4 + across * 128 * 4) / MiB
         reasons.append(
@@ -161,33 +157,6 @@ def _cumsum_code(spec: Cumsum, names: dict[int, str]) -> tuple[list[str], list[s
     return pre, [scanned], code.lines, code.ref(spec.output)
 
 
-_CUMSUM_HELPERS = '''
-
-def _block(dim, want, align):
-    """All of a dimension when it fits in `want`, else the largest aligned divisor up to `want`, else `want`
-    rounded to the alignment (the array is then padded to whole blocks)."""
-    if dim <= want:
-        return dim
-    size = max(align, want - want % align)
-    b = size
-    while b >= align:
-        if dim % b == 0:
-            return b
-        b -= align
-    return size
-
-
-def _padded(x, axis, size):
-    if x.shape[axis] == size:
-        return x
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = (0, size - x.shape[axis])
-    return jnp.pad(x, widths)
-
-
-def _round_up(n, b):
-    return -(-n // b) * b
-'''
 
 
 def _cumsum_source(spec: Cumsum, params: dict[str, Any], header: str, tunable_text: str) -> str:
@@ -255,7 +224,7 @@ def _cumsum_source(spec: Cumsum, params: dict[str, Any], header: str, tunable_te
     out_bytes = itemsize(spec.output.dtype)
     return header.replace("import jax\n", "import functools\nimport math\n\nimport jax\n", 1) + tunable_text + f'''
 REVERSE = {reverse}
-{_CUMSUM_HELPERS}
+{SOURCE_HELPERS}
 
 def _triangle(c):
     """The 0/1 matrix whose product with a chunk is the chunk's prefix sums (exact in bf16)."""
@@ -408,8 +377,8 @@ class Recurrence:
         moved = 2 * math.prod(self.shape) * itemsize(self.dtype) + math.prod(self.shape) * itemsize(self.out_dtype)
         reasons = [_roofline(moved, chip, f"A linear recurrence over {n} steps of {post} features (2 FLOP per "
                              "element)")]
-        cols = _floor_in(space["BLOCK_COLS"], min(post, 512)) if post >= 128 else 128
-        chunk = _floor_in(space["CHUNK"], max(8, BLOCK_TARGET_BYTES // 2 // (4 * cols)))
+        cols = floor_in(space["BLOCK_COLS"], min(post, 512)) if post >= 128 else 128
+        chunk = floor_in(space["CHUNK"], max(8, BLOCK_TARGET_BYTES // 2 // (4 * cols)))
         reasons.append(
             f"Blocks of {chunk} steps x {cols} features (~{chunk * cols * 4 / MiB:.2f} MiB per stream, three streams "
             f"double-buffered in a {DEFAULT_VMEM_LIMIT // MiB} MiB scoped VMEM limit): time on sublanes, features on "
@@ -433,7 +402,7 @@ class Recurrence:
         spec = f"pl.BlockSpec((None, c, bl), lambda p, q, j: (p, {chunk_index}, q))"
         return header.replace("import jax\n", "import functools\nimport math\n\nimport jax\n", 1) + tunable_text + \
             f'''REVERSE = {self.reverse!r}
-{_CUMSUM_HELPERS}
+{SOURCE_HELPERS}
 
 def _kernel(a_ref, x_ref, o_ref, h_ref, *, c, unroll):
     # a_ref, x_ref, o_ref: [c steps, bl features]; h_ref: [1, bl], h after the chunks before this one.
