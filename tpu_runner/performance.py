@@ -79,6 +79,9 @@ def estimated_performance(chip: ChipSpec, mode: str, prod: list[Configuration], 
                                                              ("reference", ref))
               for a in answers if a.profile_failure]
     unprofiled_kernels = any(op.source == "work" and op.op_class == "kernel" for op in c_time.ops)
+    if unprofiled_kernels and not any(who == "candidate" for who, _ in failed):
+        notes.append("libtpu's static profile has no cycles for the candidate's kernels; they are estimated from "
+                     "the task's FLOPs at the MXU peak and their BlockSpec traffic instead")
     for who, why in dict(failed).items():
         if who == "candidate" and unprofiled_kernels:
             notes.append(f"no static cycle profile for the candidate's program ({why}); its kernels are estimated "

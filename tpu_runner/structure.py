@@ -47,7 +47,8 @@ class ProgramForm:
 
 
 class _Writer:
-    def __init__(self) -> None:
+    def __init__(self, transparent: frozenset[str] = frozenset()) -> None:
+        self.transparent = transparent
         self.lines: list[str] = []
         self.floats: list[float] = []
         self.sizes: set[int] = set()
@@ -100,11 +101,17 @@ class _Writer:
         def name(var: Any) -> str:
             if isinstance(var, jex_core.Literal):
                 return self.literal(var.val)
-            return names.setdefault(var, f"v{len(names)}")
+            if var not in names:
+                names[var] = f"v{len(set(names.values()))}"
+            return names[var]
 
         ins = " ".join(f"{name(v)}:{self.aval(v.aval)}" for v in [*inner.constvars, *inner.invars])
         self.lines.append(f"{pad}{title} lambda {ins}")
         for eqn in inner.eqns:
+            if eqn.primitive.name in self.transparent and len(eqn.invars) == 1 and len(eqn.outvars) == 1 \
+                    and not isinstance(eqn.invars[0], jex_core.Literal):
+                names[eqn.outvars[0]] = name(eqn.invars[0])
+                continue
             params = []
             for key in sorted(eqn.params):
                 if key in IGNORED_PARAMS:
@@ -140,8 +147,10 @@ class _Writer:
             self.jaxpr(bm.index_map_jaxpr, depth + 1, f"index map {i}:")
 
 
-def program_form(closed_jaxpr: Any) -> ProgramForm:
-    writer = _Writer()
+def program_form(closed_jaxpr: Any, transparent: frozenset[str] = frozenset()) -> ProgramForm:
+    """The form of a traced program; equations of the `transparent` primitives are left out (their result named as
+    their operand)."""
+    writer = _Writer(transparent)
     writer.jaxpr(closed_jaxpr, 0, "program:")
     return ProgramForm(tuple(writer.lines), tuple(writer.floats), frozenset(writer.sizes))
 

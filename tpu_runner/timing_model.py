@@ -116,7 +116,8 @@ def program_time(chip: ChipSpec, answer: CompileAnswer, *, mode: str, kernel_byt
         op_class = "kernel" if op.target == KERNEL_TARGET else "async" if op.opcode == "copy-start" else op.op_class
         # XLA's estimate for a Mosaic kernel rests on the kernel's own CostEstimate: never used.
         own_estimate = op.xla_cycles if op.target != KERNEL_TARGET else 0
-        if op.name in by_name and not own_estimate:
+        # A kernel profiled at 0 cycles was not profiled (libtpu leaves some kernels empty), not free.
+        if op.name in by_name and not own_estimate and (by_name[op.name] or op not in kernels):
             source, cycles = "profile", by_name[op.name] / op.repeat
             compute = cycles / chip.cycle_rate(mode)
         elif own_estimate:

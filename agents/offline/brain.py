@@ -194,10 +194,6 @@ class OfflineBrain:
         is_matmul = isinstance(spec, Matmul)
         if isinstance(spec, FamilySpec):
             strategy = spec.strategy()
-        elif isinstance(spec, Attention):
-            strategy = ("Flash attention in one pallas_call: a grid over (batch, head, query block, key block); per "
-                        "key block the scores stay in VMEM and an online softmax (running max and sum) rescales an "
-                        "f32 accumulator; the output is written once, at the last key block.")
         elif is_matmul:
             strategy = ("One pallas_call: a grid over (M, N, K) tiles with an f32 accumulator in VMEM scratch; the "
                         "epilogue runs on the accumulator at the last K step.")

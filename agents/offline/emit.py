@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.offline.attention import Attention, attention_source, attention_space
 from agents.offline.expr import COL, FULL, ROW, SCALAR, SOURCE_HELPERS, TO_HELPER, BlockCode, as_typed, dtype_space
 from agents.offline.families import Matmul, Operand, Rowwise, Spec
 from agents.offline.kernel_family import FamilySpec
@@ -310,15 +309,10 @@ def computation({args}):
 def source(spec: Spec, params: dict[str, Any]) -> str:
     if isinstance(spec, FamilySpec):
         return spec.source(params, _header(spec.family, spec), _tunable(spec.space(), params) + "\n")
-    if isinstance(spec, Attention):
-        return attention_source(spec, params, _header("flash attention", spec),
-                                _tunable(attention_space(), params) + "\n")
     return matmul_source(spec, params) if isinstance(spec, Matmul) else rowwise_source(spec, params)
 
 
 def space_of(spec: Spec) -> dict[str, tuple[Any, ...]]:
     if isinstance(spec, FamilySpec):
         return spec.space()
-    if isinstance(spec, Attention):
-        return attention_space()
     return matmul_space(spec) if isinstance(spec, Matmul) else rowwise_space(spec)

@@ -10,7 +10,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from agents.offline.attention import Attention, attention_params
 from agents.offline.emit import space_of
 from agents.offline.expr import NotRecognised, default_dtypes
 from agents.offline.families import Matmul, Rowwise, Spec
@@ -204,6 +203,4 @@ def cost_line(program: Program, chip: ChipSpec) -> str:
 def choose(spec: Spec, chip: ChipSpec) -> tuple[dict[str, Any], list[str]]:
     if isinstance(spec, FamilySpec):
         return spec.params(chip)
-    if isinstance(spec, Attention):
-        return attention_params(spec)
     return matmul_params(spec, chip) if isinstance(spec, Matmul) else rowwise_params(spec, chip)

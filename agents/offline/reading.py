@@ -29,6 +29,7 @@ from agents.offline.program import Op, Program, Value, trace
 from storage.settings import Settings
 from tpu_runner.sandbox import run_one_shot
 from tpu_runner.tasks import (
+    Configuration,
     Task,
     abstract_configurations,
     concrete_configurations,
@@ -37,7 +38,7 @@ from tpu_runner.tasks import (
     load_task,
 )
 
-READING_VERSION = "1"
+READING_VERSION = "2"
 
 
 class Opaque:
@@ -140,9 +141,36 @@ class Reading:
 # --- the child --------------------------------------------------------------------------------------------------
 
 
+CONFIRM_ELEMENTS = 1 << 25  # the most input elements a derived configuration for the attention check may have
+
+
+def _small_configuration(config: Configuration, fn: Any) -> Configuration | None:
+    """The smallest configuration derived from a production one that the reference accepts, with drawn values: what
+    an attention-like reference is checked on when the task has no get_test_inputs()."""
+    import jax
+
+    from tpu_runner.checkshapes import derived_candidates, free_axes, reference_form
+    from tpu_runner.inputs import Case, case_inputs
+
+    try:
+        free = free_axes(config, fn, reference_form(config, fn))
+    except Exception:  # noqa: BLE001 - the reference's own trace failing: no axis is known to be free
+        free = set()
+    for small in derived_candidates(config, {}, [None] * len(config.dynamic), CONFIRM_ELEMENTS, free):
+        try:
+            jax.eval_shape(lambda *dyn, c=small: fn(*dyn, *c.static),
+                           *[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in small.dynamic])
+        except Exception:  # noqa: BLE001 - a shape the reference refuses is no check shape
+            continue
+        values = case_inputs(small, Case("confirm", "normal", 7))
+        return Configuration(small.dynamic, small.static, tuple(values or ()))
+    return None
+
+
 def _read(task_dir: str) -> dict[str, Any]:
     task = load_task(task_dir)
-    programs = [trace(task, c) for c in abstract_configurations(task)]
+    abstract = abstract_configurations(task)
+    programs = [trace(task, c) for c in abstract]
     tests = concrete_configurations(task, "get_test_inputs") if has_test_inputs(task) else []
     test_programs = [trace(task, c) for c in tests]
     check = None
@@ -151,12 +179,13 @@ def _read(task_dir: str) -> dict[str, Any]:
     except (NotRecognised, NotImplementedError):
         spec = None
     if isinstance(spec, Attention):
-        config = tests[0] if tests else None
+        fn = import_reference(task).computation
+        config = tests[0] if tests else _small_configuration(abstract[0], fn)
         if config is None or config.values is None:
-            check = "attention-like, but the task has no get_test_inputs to confirm it on"
+            check = "attention-like, but no small inputs the reference accepts could be made to confirm it on"
         else:
             try:
-                confirm(import_reference(task).computation, spec, list(config.values), config.static)
+                confirm(fn, spec, list(config.values), config.static)
                 check = "agrees"
             except NotRecognised as exc:
                 check = str(exc)

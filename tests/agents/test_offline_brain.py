@@ -68,7 +68,7 @@ import jax.numpy as jnp
 
 def computation(q, k, v):
     s = jnp.einsum("bhqd,bhkd->bhqk", q, k) * 0.125
-    p = jax.nn.softmax(s, axis=-2)  # over the queries: not attention
+    p = PROBABILITIES
     return jnp.einsum("bhqk,bhkd->bhqd", p, v)
 
 
@@ -87,11 +87,16 @@ def get_test_inputs():
 """
 
 
-def test_something_that_only_looks_like_attention_is_refused(tmp_path: Path, settings: Settings) -> None:
-    (tmp_path / "reference.py").write_text(FAKE_ATTENTION)
+@pytest.mark.parametrize("probabilities, why", [
+    ("jax.nn.softmax(s, axis=-2)", "does not contract the keys"),  # over the queries: refused by its structure
+    ("jax.nn.softmax(s, axis=-1) * 2.0", "looks like attention .* but does not compute it"),  # by its numbers
+])
+def test_something_that_only_looks_like_attention_is_refused(probabilities: str, why: str, tmp_path: Path,
+                                                             settings: Settings) -> None:
+    (tmp_path / "reference.py").write_text(FAKE_ATTENTION.replace("PROBABILITIES", probabilities))
     (tmp_path / "kernel_task.yaml").write_text("task_id: fake\ndescription: not attention\natol: 1.0e-3\n"
                                                "rtol: 1.0e-3\n")
-    with pytest.raises(NotRecognised, match="looks like attention .* but does not compute it"):
+    with pytest.raises(NotRecognised, match=why):
         _analyse(load_task(tmp_path), settings)
 
 
