@@ -1,0 +1,117 @@
+"""Attention as public code writes it: heads after the sequence, K/V heads repeated with jnp.repeat, a learned
+score bias, a causal mask built for a static length and cut to the inputs, and no get_test_inputs(). Each is
+recognised by its structure, confirmed by its numbers, and gets a kernel the evaluator calls ok after checking
+it across several blocks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agents.offline.brain import analyse
+from agents.offline.emit import source
+from agents.offline.expr import NotRecognised
+from agents.offline.params import choose
+from agents.offline.reading import read_tasks
+from storage.settings import Settings
+from tpu_runner.evaluate import EvalRequest, evaluate_many
+from tpu_runner.hardware import get_chip
+from tpu_runner.tasks import load_task
+
+V6E = get_chip("v6e")
+
+# (batch, seq, heads, dim) as many models keep it; 2 K/V heads repeated to 8 query heads; bf16 softmax.
+BSHD_GQA = """import math
+
+import jax
+import jax.numpy as jnp
+
+
+def computation(q, k, v):
+    group = q.shape[2] // k.shape[2]
+    k = jnp.repeat(k, group, axis=2)
+    v = jnp.repeat(v, group, axis=2)
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
+    causal = jnp.tril(jnp.ones((q.shape[1], k.shape[1]), dtype=jnp.bool_))
+    s = jnp.where(causal, s, jnp.finfo(s.dtype).min)
+    return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), v)
+
+
+def get_inputs():
+    kq, kk, kv = jax.random.split(jax.random.PRNGKey(0), 3)
+    q = jax.random.normal(kq, (4, 2048, 8, 128), dtype=jnp.bfloat16)
+    k = jax.random.normal(kk, (4, 2048, 2, 128), dtype=jnp.bfloat16)
+    v = jax.random.normal(kv, (4, 2048, 2, 128), dtype=jnp.bfloat16)
+    return [q, k, v], []
+"""
+
+# A learned [heads, seq, seq] bias added after the scale; the mask is built for the static seq_len and sliced.
+BIASED = """import math
+
+import jax
+import jax.numpy as jnp
+
+
+def computation(q, k, v, bias, seq_len):
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) * (1.0 / math.sqrt(q.shape[-1]))
+    s = s + bias[None]
+    causal = (jnp.arange(seq_len)[:, None] >= jnp.arange(seq_len)[None, :])[:q.shape[2], :k.shape[2]]
+    s = jnp.where(causal, s, -jnp.inf)
+    return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s.astype(jnp.float32), axis=-1).astype(v.dtype), v)
+
+
+def get_inputs():
+    kq, kk, kv, kb = jax.random.split(jax.random.PRNGKey(0), 4)
+    shape = (2, 4, 2048, 128)
+    q, k, v = (jax.random.normal(key, shape, dtype=jnp.bfloat16) for key in (kq, kk, kv))
+    bias = jax.random.normal(kb, (4, 2048, 2048), dtype=jnp.bfloat16)
+    return [q, k, v, bias], [2048]
+"""
+
+
+def _task(root: Path, name: str, code: str) -> Path:
+    path = root / name
+    path.mkdir()
+    (path / "reference.py").write_text(code)
+    (path / "kernel_task.yaml").write_text(f"task_id: {name}\ndescription: attention as public code writes it\n"
+                                           "atol: 2.0e-3\nrtol: 2.0e-2\n")
+    return path
+
+
+@pytest.mark.slow
+def test_public_attention_forms_get_ok_kernels_checked_across_blocks(tmp_path: Path, settings: Settings) -> None:
+    tasks = [load_task(_task(tmp_path, "bshd_gqa", BSHD_GQA)), load_task(_task(tmp_path, "biased", BIASED))]
+    readings = read_tasks(tasks, settings)
+    specs = [analyse(readings[t.digest], V6E) for t in tasks]
+    gqa, biased = specs
+    assert gqa.q_order == ("b", "s", "h", "d") and (gqa.heads, gqa.kv_heads) == (8, 2) and gqa.causal
+    assert biased.bias == 3 and biased.bias_order == ("h", "q", "k") and biased.causal
+    assert [op.kind for op in biased.score_ops] == ["scale", "bias", "causal"]  # in the reference's order
+    requests = []
+    for task, spec in zip(tasks, specs, strict=True):
+        kernel = tmp_path / f"{task.path.name}.py"
+        kernel.write_text(source(spec, choose(spec, V6E)[0]))
+        requests.append(EvalRequest(task.path, kernel, "v6e"))
+    results = evaluate_many(requests, settings)
+    for result in results:
+        assert result.verdict == "ok", result.message
+        # Checked where the grid has two query blocks or more, so the steps across blocks ran.
+        notes = " ".join(result.correctness.notes)
+        assert "derived" in notes and "2048 in multiples of" in notes, notes
+
+
+def test_an_output_reshaped_after_the_second_matmul_keeps_its_shape(tmp_path: Path, settings: Settings) -> None:
+    merged = BSHD_GQA.replace('return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), v)',
+                              'out = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), v)\n'
+                              '    return out.reshape(out.shape[0], out.shape[1], -1)')
+    task = load_task(_task(tmp_path, "merged", merged))
+    spec = analyse(read_tasks([task], settings)[task.digest], V6E)
+    assert spec.out_order == ("b", "s", "h", "d") and spec.out_dims == (("b",), ("s",), ("h", "d"))
+
+
+def test_values_scaled_inside_the_reference_are_refused(tmp_path: Path, settings: Settings) -> None:
+    scaled = BSHD_GQA.replace("v = jnp.repeat(v, group, axis=2)", "v = jnp.repeat(v, group, axis=2) * 2.0")
+    task = load_task(_task(tmp_path, "scaled", scaled))
+    with pytest.raises(NotRecognised, match="scales its values"):
+        analyse(read_tasks([task], settings)[task.digest], V6E)
