@@ -21,6 +21,7 @@ from tpu_runner.hardware import ChipSpec
 
 MiB = 2**20
 DEFAULT_VMEM_LIMIT = 64 * MiB
+VMEM_FILL = 0.92  # the share of a scoped VMEM limit the modelled tiles may take (the compiler needs some)
 BLOCK_TARGET_BYTES = 2 * MiB  # a streamed block long enough to reach HBM bandwidth, small enough to double-buffer
 
 
@@ -103,19 +104,26 @@ def _matmul_tile(spec: Matmul, chip: ChipSpec, space: dict[str, tuple[Any, ...]]
     full_bytes = sum(itemsize(o.value.dtype) for o in spec.operands if o.kind == "full")
     limits = sorted(v for v in space["VMEM_LIMIT_BYTES"] if v <= chip.vmem_bytes)
     tiles: list[MatmulTile] = []
+    out_cols = 128 if spec.out_kind == "row" else None
     widths = (spec.n,) if spec.reduces else tuple(b for b in space["BLOCK_N"] if b <= max(128, spec.n))
     for bm in (b for b in space["BLOCK_M"] if b <= max(64, spec.m)):
         for bn in widths:
             for bk in (b for b in space["BLOCK_K"] if b <= max(128, spec.k)):
-                sub = next((c for c in sorted(space["SUB_M"], reverse=True) if bm % c == 0 and c < bm), bm)
-                vmem = (2 * (bm * bk + bk * bn) * in_bytes + bm * bn * 4 + 2 * bm * bn * (out_bytes + full_bytes)
-                        + 4 * sub * bn * 4)
-                limit = next((v for v in limits if vmem <= 0.8 * v), None)
+                # The largest SUB_M whose f32 temporaries fit beside the tiles (a per-row output is a (bm, 1)
+                # block, laid out over one lane tile).
+                base = (2 * (bm * bk + bk * bn) * in_bytes + bm * bn * 4
+                        + 2 * bm * ((out_cols or bn) * out_bytes + bn * full_bytes))
+                subs = [c for c in sorted(space["SUB_M"], reverse=True) if bm % c == 0 and c < bm] or [bm]
+                # Mosaic reuses the epilogue's temporaries: about one f32 (SUB_M, bn) slab beside the tiles (26k's
+                # 1024 x 8192 tile with a full-size operand used 105 MiB where the tiles alone come to 104).
+                fits = [(c, base + c * bn * 4, next((v for v in limits if base + c * bn * 4 <= VMEM_FILL * v),
+                                                    None)) for c in subs]
+                sub, vmem, limit = next((f for f in fits if f[2] is not None), (subs[-1], 0, None))
                 if limit is None:
                     continue
                 m_p, n_p, k_p = (-(-spec.m // bm) * bm, -(-spec.n // bn) * bn, -(-spec.k // bk) * bk)
                 traffic = batch * (m_p * k_p * in_bytes * (n_p // bn) + k_p * n_p * in_bytes * (m_p // bm)
-                                   + m_p * n_p * (out_bytes + full_bytes))
+                                   + m_p * (1 if out_cols else n_p) * out_bytes + m_p * n_p * full_bytes)
                 steps = batch * (m_p // bm) * (n_p // bn) * (k_p // bk)
                 memory = traffic / (chip.hbm_bandwidth * HBM_EFFICIENCY)
                 seconds = max(compute * (m_p * n_p * k_p) / (spec.m * spec.n * spec.k), memory) \
