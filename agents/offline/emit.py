@@ -9,7 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.offline.expr import COL, FULL, ROW, SCALAR, SOURCE_HELPERS, TO_HELPER, BlockCode, as_typed, dtype_space
+from agents.offline.expr import (
+    COL,
+    FULL,
+    ROW,
+    SCALAR,
+    SEGMENT_HELPERS,
+    SOURCE_HELPERS,
+    TO_HELPER,
+    BlockCode,
+    as_typed,
+    dtype_space,
+)
 from agents.offline.families import Matmul, Operand, Rowwise, Spec
 from agents.offline.kernel_family import FamilySpec
 from agents.offline.program import Op, itemsize
@@ -98,7 +109,8 @@ def rowwise_source(spec: Rowwise, params: dict[str, Any]) -> str:
     reshape_back = "main" if spec.out_kind == FULL else "main[:-1] + (1,)" if keeps_dims else "main[:-1]"
     cols_choice = "cols" if spec.reduces else "_block(cols, BLOCK_COLS, 128)"
     space = rowwise_space(spec)
-    return (_header("a row-wise kernel", spec) + _tunable(space, params) + "\n" + _HELPERS + f'''
+    helpers = _HELPERS + (SEGMENT_HELPERS if code.segments else "")
+    return (_header("a row-wise kernel", spec) + _tunable(space, params) + "\n" + helpers + f'''
 
 def _kernel({", ".join(names)}, o_ref):
 {_body(code, "    ")}
@@ -238,7 +250,8 @@ def matmul_source(spec: Matmul, params: dict[str, Any]) -> str:
     unpack = f"        {', '.join(extra)}, = refs[:-2]\n" if extra else ""
     return (_header("a matmul with its epilogue", spec).replace("import jax\n", "import functools\n\nimport jax\n", 1)
             + _tunable(space, params) + "\n"
-            + 'ACC_TYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}\n' + _HELPERS + f'''
+            + 'ACC_TYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}\n' + _HELPERS
+            + (SEGMENT_HELPERS if fused.segments or outside.segments else "") + f'''
 
 def _kernel(lhs_ref, rhs_ref, *refs, sub):
     # refs: the epilogue's inputs (when it is fused), the output, the accumulator.

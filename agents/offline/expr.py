@@ -13,11 +13,14 @@ f32 (v5e's VPU has no bf16). An untyped one computes in f32. The result is cast 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agents.offline.program import Arg, Op, Value
 
 FULL, ROW, COL, SCALAR = "full", "row", "col", "scalar"
+# One value per row and per group of g consecutive columns (a group norm's statistics, a pooling window's sum),
+# held compact as (rows, cols / g); it meets per-element values through _seg_expand.
+SEG = "seg"
 
 
 class NotRecognised(Exception):
@@ -95,6 +98,40 @@ def _padded(x, axis, size):
 def _round_up(n, b):
     return -(-n // b) * b
 '''
+# Sums over groups of consecutive columns and their broadcast back, as matmuls with a 0/1 matrix: exact (one bf16
+# pass for bf16 values, three bf16 parts for f32 ones), with no reshape of the lanes. Written only where used.
+SEGMENT_HELPERS = '''
+
+def _seg_matrix(n, g, back=False):
+    """(n, n // g) ones where column j gathers lanes j*g .. j*g + g - 1; `back`: its transpose."""
+    shape = (n // g, n) if back else (n, n // g)
+    lane = lax.broadcasted_iota(jnp.int32, shape, 1 if back else 0)
+    group = lax.broadcasted_iota(jnp.int32, shape, 0 if back else 1)
+    return (lax.div(lane, g) == group).astype(jnp.bfloat16)
+
+
+def _exact_dot(x, m):
+    """x @ m in f32 for a 0/1 matrix m: one bf16 pass for bf16 x, three bf16 parts of an f32 x."""
+    dims = (((x.ndim - 1,), (0,)), ((), ()))
+    if x.dtype == jnp.bfloat16:
+        return lax.dot_general(x, m, dims, preferred_element_type=jnp.float32)
+    x = x.astype(jnp.float32)
+    hi = x.astype(jnp.bfloat16)
+    rest = x - hi.astype(jnp.float32)
+    mid = rest.astype(jnp.bfloat16)
+    lo = (rest - mid.astype(jnp.float32)).astype(jnp.bfloat16)
+    return sum(lax.dot_general(part, m, dims, preferred_element_type=jnp.float32) for part in (hi, mid, lo))
+
+
+def _seg_sum(x, g):
+    """The f32 sum of each group of g consecutive columns: (rows, cols) -> (rows, cols / g)."""
+    return _exact_dot(x, _seg_matrix(x.shape[-1], g))
+
+
+def _seg_expand(x, g):
+    """Each group's value on its g columns: (rows, cols / g) -> (rows, cols)."""
+    return _exact_dot(x, _seg_matrix(x.shape[-1] * g, g, back=True)).astype(x.dtype)
+'''
 DTYPE_CHOICES = ("reference", "float32")  # the values of a typed kernel's ELEMENTWISE_DTYPES
 TO_HELPER = '''
 
@@ -146,6 +183,10 @@ class BlockCode:
     lines: list[str]
     cols: str = ""  # an expression for the row length inside the kernel (rows are whole when they are reduced)
     typed: bool = False  # float values follow the kernel's ELEMENTWISE_DTYPES (see the module's docstring)
+    groups: dict[int, int] = field(default_factory=dict)  # a SEG value's group size
+    narrow: dict[int, str] = field(default_factory=dict)  # an f32 value widened from bf16: the bf16 expression
+    expanded: dict[int, str] = field(default_factory=dict)  # a SEG value broadcast back to its columns
+    segments: bool = False  # the lines call SEGMENT_HELPERS
 
     def ref(self, arg: Arg) -> str:
         if isinstance(arg, Value):
@@ -183,16 +224,55 @@ class BlockCode:
             return f"jnp.sum({expr}.astype(jnp.float32), {axis}).astype({expr}.dtype)"
         return f"{_REDUCE[prim]}({expr}, {axis})"
 
+    def _grouped(self, shape: tuple[int, ...]) -> int | None:
+        """The group size g when `shape` is the main array viewed as (..., cols / g, g)."""
+        rank = len(self.main)
+        if len(shape) == rank + 1 and shape[:rank - 1] == self.main[:-1] and shape[-2] * shape[-1] == self.main[-1] \
+                and shape[-1] > 1 and shape[-2] > 1:
+            return shape[-1]
+        return None
+
     def _kind(self, op: Op) -> str | None:
         """The kind of an op's result: full-rank shapes say it themselves; others keep their source's kind."""
+        kinds = {self.kind(a) for a in op.args if isinstance(a, Value)}
+        source = op.args[0] if op.args else None
+        if op.prim == "reduce_window_sum" or op.prim in _REDUCE and isinstance(source, Value) \
+                and self._grouped(source.shape) and tuple(op.params.get("axes", ())) == (len(self.main),):
+            return SEG
+        if SEG in kinds:
+            if op.prim in _REDUCE:
+                return ROW
+            return FULL if FULL in kinds or COL in kinds else SEG
         if len(op.out.shape) == len(self.main):
             return kind_of(op.out.shape, self.main)
         if op.prim in _REDUCE:
             return ROW
-        kinds = {self.kind(a) for a in op.args if isinstance(a, Value)}
         if not kinds:
             return kind_of(op.out.shape, self.main)
         return FULL if FULL in kinds or kinds == {ROW, COL} else (kinds - {SCALAR} or {SCALAR}).pop()
+
+    def _operand(self, arg: Arg, kind: str) -> str:
+        """An operand's expression where the result has `kind`: a SEG value meeting per-element ones is broadcast
+        back to its columns (once)."""
+        if not (isinstance(arg, Value) and self.kind(arg) == SEG and kind == FULL):
+            return self.ref(arg)
+        if arg.id not in self.expanded:
+            name = f"e{arg.id}"
+            self.lines.append(f"{name} = _seg_expand({self.names[arg.id]}, {self.groups[arg.id]})")
+            self.expanded[arg.id] = name
+        return self.expanded[arg.id]
+
+    def _segment_sum(self, op: Op, source: Value, g: int, where: str) -> None:
+        if op.prim not in ("reduce_sum", "reduce_window_sum"):
+            raise NotRecognised(f"{where} takes the {op.prim[len('reduce_'):]} of groups of columns; the offline "
+                                "brain writes sums over groups (group norms, average pools)")
+        if 128 % g:
+            raise NotRecognised(f"{where} sums groups of {g} columns; the offline brain writes groups that tile a "
+                                "128-lane vector (2, 4, ..., 128 columns)")
+        self.segments = True
+        expr = self.narrow.get(source.id, self.ref(source))  # a bf16 source sums in one exact pass
+        self.bind(op.out, f"_seg_sum({expr}, {g}).astype({self.ref(source)}.dtype)", SEG)
+        self.groups[op.out.id] = g
 
     def emit(self, op: Op) -> None:
         kind = self._kind(op)
@@ -202,14 +282,20 @@ class BlockCode:
                                 f"{list(self.main)}; the offline brain writes row-wise kernels")
         if op.prim in _ALIASES:
             source = op.args[0]
-            if isinstance(source, Value) and self.kind(source) == FULL and kind != FULL:
+            if isinstance(source, Value) and self.kind(source) == FULL and kind != FULL or \
+                    kind == SEG and self.kind(source) != SEG:
                 raise NotRecognised(f"{where} reshapes the per-element data; the offline brain keeps the layout")
             self.alias(op.out, source, kind)
+            if isinstance(source, Value) and source.id in self.groups:
+                self.groups[op.out.id] = self.groups[source.id]
         elif op.prim == "convert_element_type":
             new = str(op.params["new_dtype"])
             expr = self.ref(op.args[0])
             if new in FLOAT_DTYPES:
                 self.bind(op.out, as_typed(expr, new) if self.typed else expr, kind)
+                source = op.args[0]
+                if new == "float32" and isinstance(source, Value) and source.dtype == "bfloat16":
+                    self.narrow[op.out.id] = expr
             else:
                 self.bind(op.out, f"{expr}.astype(jnp.{new})", kind)
         elif op.prim in _UNARY:
@@ -217,7 +303,7 @@ class BlockCode:
         elif op.prim == "integer_pow":
             self.bind(op.out, f"lax.integer_pow({self.ref(op.args[0])}, {int(op.params['y'])})", kind)
         elif op.prim in _BINARY:
-            left, right = self.ref(op.args[0]), self.ref(op.args[1])
+            left, right = self._operand(op.args[0], kind), self._operand(op.args[1], kind)
             if self.cols and self.kind(op.args[0]) in (ROW, SCALAR):
                 right = self._row_length(op.prim, op.args[1], right)
             if self.cols and self.kind(op.args[1]) in (ROW, SCALAR):
@@ -226,21 +312,41 @@ class BlockCode:
         elif op.prim == "select_n":
             if len(op.args) != 3:
                 raise unsupported("select_n", "a select with more than two cases")
-            pred, false, true = (self.ref(a) for a in op.args)
+            pred, false, true = (self._operand(a, kind) for a in op.args)
             self.bind(op.out, f"jnp.where({pred}, {true}, {false})", kind)
         elif op.prim == "clamp":
-            low, x, high = (self.ref(a) for a in op.args)
+            low, x, high = (self._operand(a, kind) for a in op.args)
             self.bind(op.out, f"jnp.clip({x}, {low}, {high})", kind)
+        elif op.prim == "reduce_window_sum":
+            source = op.args[0]
+            rank = len(self.main)
+            window = tuple(op.params.get("window_dimensions", ()))
+            g = window[-1] if window else 0
+            plain = all(p == (0, 0) for p in op.params.get("padding", ())) and all(
+                d == 1 for key in ("base_dilation", "window_dilation") for d in op.params.get(key, ()))
+            if not (isinstance(source, Value) and self.kind(source) == FULL and len(window) == rank
+                    and window[:-1] == (1,) * (rank - 1) and tuple(op.params.get("window_strides", ())) == window
+                    and plain and g > 1 and self.main[-1] % g == 0):
+                raise NotRecognised(f"{where} pools windows other than non-overlapping ones along the last axis; the "
+                                    "offline brain writes those only")
+            self._segment_sum(op, source, g, where)
         elif op.prim in _REDUCE:
             axes = tuple(op.params.get("axes", ()))
             source = op.args[0]
             rank = len(self.main)
-            if axes != (rank - 1,) or self.kind(source) != FULL:
+            if kind == SEG:
+                assert isinstance(source, Value)
+                self._segment_sum(op, source, source.shape[-1], where)
+                return
+            if axes != (rank - 1,) or self.kind(source) not in (FULL, SEG):
                 raise NotRecognised(f"{where} reduces over axes {list(axes)} of {list(self.main)}; the offline brain "
                                     "writes kernels that reduce over the last axis (rows) only")
             self.bind(op.out, self.reduced(op.prim, self.ref(source)), ROW)
         else:
             raise unsupported(op.prim, "the reference")
+        if kind == SEG and op.out.id not in self.groups:
+            self.groups[op.out.id] = next(self.groups[a.id] for a in op.args if isinstance(a, Value)
+                                          and a.id in self.groups)
 
 
 def input_kind(value: Value, main: tuple[int, ...], users: list[Op]) -> str | None:
@@ -253,5 +359,7 @@ def input_kind(value: Value, main: tuple[int, ...], users: list[Op]) -> str | No
     return kind_of(value.shape, main)
 
 
-def has_row_reduction(ops: list[Op]) -> bool:
-    return any(op.prim in _REDUCE for op in ops)
+def has_row_reduction(ops: list[Op], main: tuple[int, ...]) -> bool:
+    """Does some op reduce over whole rows? (A sum over groups of columns, on a (..., cols / g, g) view, does not.)"""
+    return any(op.prim in _REDUCE and isinstance(op.args[0], Value) and len(op.args[0].shape) == len(main)
+               for op in ops)

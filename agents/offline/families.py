@@ -143,7 +143,8 @@ def _rowwise(program: Program, output: Value) -> Rowwise:
         raise NotRecognised(f"the output {list(output.shape)} is neither the size of the input {list(main)} "
                             "nor one value per row")
     return Rowwise(main=main, operands=operands, ops=tuple(program.ops), output=output, out_kind=out_kind,
-                   reduces=has_row_reduction(program.ops), n_inputs=len(program.inputs), n_static=len(program.static))
+                   reduces=has_row_reduction(program.ops, main), n_inputs=len(program.inputs),
+                   n_static=len(program.static))
 
 
 def _source_input(program: Program, arg: object) -> Value:
@@ -205,7 +206,7 @@ def _matmul(program: Program, dot: Op, output: Value) -> Matmul:
     rhs = Operand(program.inputs.index(rhs_v), "rhs", rhs_v)
     return Matmul(main=main, lhs=lhs, rhs=rhs, rhs_transposed=transposed, batched=batched, m=m, k=k, n=n,
                   highest=highest, dot_out=dot.out, operands=operands, epilogue=tuple(epilogue), output=output,
-                  out_kind=out_kind, reduces=has_row_reduction(list(epilogue)), n_inputs=len(program.inputs),
+                  out_kind=out_kind, reduces=has_row_reduction(list(epilogue), main), n_inputs=len(program.inputs),
                   n_static=len(program.static))
 
 
