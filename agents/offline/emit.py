@@ -24,6 +24,7 @@ from agents.offline.expr import (
 from agents.offline.families import Matmul, Operand, Rowwise, Spec
 from agents.offline.kernel_family import FamilySpec
 from agents.offline.program import Op, itemsize
+from agents.offline.tail import tail_lines
 
 _TRANSCENDENTAL = {"exp", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "rsqrt", "erf", "sin", "cos",
                    "exp2", "tan", "pow"}
@@ -175,6 +176,19 @@ def _epilogue_code(spec: Matmul, acc: str, operand: str, cols: str, chunked: boo
     return code, code.ref(spec.output)
 
 
+def _finish(spec: Matmul, crop: str, final: str) -> str:
+    """The wrapper's last lines: the kernel's value in the reference's shape, then the reference's tail, if any."""
+    if not spec.tail:
+        return f"    return {crop}.reshape({final})"
+    sizes = {1: "1", spec.m: "m", spec.n: "n", spec.k: "k"}
+    for i, value in enumerate(spec.inputs):
+        for j, d in enumerate(value.shape):
+            sizes.setdefault(d, f"a{i}.shape[{j}]")
+    names = {spec.output.id: "out"} | {v.id: f"a{i}" for i, v in enumerate(spec.inputs)}
+    lines, result = tail_lines(spec.tail, names, sizes)
+    return "\n".join([f"    out = {crop}.reshape({final})", *(f"    {line}" for line in lines), f"    return {result}"])
+
+
 def matmul_source(spec: Matmul, params: dict[str, Any]) -> str:
     space = matmul_space(spec)
     params = {"BUFFERS": 2, "FUSE_EPILOGUE": True, "ACC_DTYPE": "float32", "SUB_M": 256, **params}
@@ -315,7 +329,7 @@ def computation({args}):
         # The epilogue as XLA ops on the whole matmul result (what "no epilogue fusion" asks for).
 {_body(outside, "        ")}
         out = jnp.broadcast_to({outside_result}, {outside_result}.shape).astype(jnp.{spec.output.dtype})
-    return {crop}.reshape({final})
+{_finish(spec, crop, final)}
 ''')
 
 

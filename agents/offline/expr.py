@@ -39,7 +39,7 @@ def kind_of(shape: tuple[int, ...], main: tuple[int, ...]) -> str | None:
     return None
 
 
-_UNARY = {
+UNARY = {
     "exp": "jnp.exp({0})", "log": "jnp.log({0})", "log1p": "jnp.log1p({0})", "expm1": "jnp.expm1({0})",
     "tanh": "jnp.tanh({0})", "logistic": "(1.0 / (1.0 + jnp.exp(-{0})))", "sqrt": "jnp.sqrt({0})",
     "rsqrt": "lax.rsqrt({0})", "abs": "jnp.abs({0})", "neg": "(-{0})", "sign": "jnp.sign({0})",
@@ -51,14 +51,14 @@ _UNARY = {
     "stop_gradient": "{0}", "copy": "{0}", "copy_p": "{0}", "reduce_precision": "{0}",
     "optimization_barrier": "{0}",
 }
-_BINARY = {
+BINARY = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
     "max": "jnp.maximum({0}, {1})", "min": "jnp.minimum({0}, {1})", "pow": "jnp.power({0}, {1})",
     "rem": "lax.rem({0}, {1})", "atan2": "jnp.arctan2({0}, {1})", "and": "({0} & {1})", "or": "({0} | {1})",
     "xor": "({0} ^ {1})", "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})",
     "le": "({0} <= {1})", "gt": "({0} > {1})", "ge": "({0} >= {1})",
 }
-_REDUCE = {"reduce_sum": "jnp.sum", "reduce_max": "jnp.max", "reduce_min": "jnp.min"}
+REDUCE = {"reduce_sum": "jnp.sum", "reduce_max": "jnp.max", "reduce_min": "jnp.min"}
 _ALIASES = ("broadcast_in_dim", "reshape", "squeeze", "expand_dims")
 _FAMILY_HINTS = {
     "conv_general_dilated": "a convolution", "cumsum": "a scan", "cumprod": "a scan", "cummax": "a scan",
@@ -222,7 +222,7 @@ class BlockCode:
         """A row reduction of `expr`; a typed sum adds in f32 and rounds once, as XLA's reductions do."""
         if self.typed and prim == "reduce_sum":
             return f"jnp.sum({expr}.astype(jnp.float32), {axis}).astype({expr}.dtype)"
-        return f"{_REDUCE[prim]}({expr}, {axis})"
+        return f"{REDUCE[prim]}({expr}, {axis})"
 
     def _grouped(self, shape: tuple[int, ...]) -> int | None:
         """The group size g when `shape` is the main array viewed as (..., cols / g, g)."""
@@ -236,16 +236,16 @@ class BlockCode:
         """The kind of an op's result: full-rank shapes say it themselves; others keep their source's kind."""
         kinds = {self.kind(a) for a in op.args if isinstance(a, Value)}
         source = op.args[0] if op.args else None
-        if op.prim == "reduce_window_sum" or op.prim in _REDUCE and isinstance(source, Value) \
+        if op.prim == "reduce_window_sum" or op.prim in REDUCE and isinstance(source, Value) \
                 and self._grouped(source.shape) and tuple(op.params.get("axes", ())) == (len(self.main),):
             return SEG
         if SEG in kinds:
-            if op.prim in _REDUCE:
+            if op.prim in REDUCE:
                 return ROW
             return FULL if FULL in kinds or COL in kinds else SEG
         if len(op.out.shape) == len(self.main):
             return kind_of(op.out.shape, self.main)
-        if op.prim in _REDUCE:
+        if op.prim in REDUCE:
             return ROW
         if not kinds:
             return kind_of(op.out.shape, self.main)
@@ -298,17 +298,17 @@ class BlockCode:
                     self.narrow[op.out.id] = expr
             else:
                 self.bind(op.out, f"{expr}.astype(jnp.{new})", kind)
-        elif op.prim in _UNARY:
-            self.bind(op.out, _UNARY[op.prim].format(self.ref(op.args[0])), kind)
+        elif op.prim in UNARY:
+            self.bind(op.out, UNARY[op.prim].format(self.ref(op.args[0])), kind)
         elif op.prim == "integer_pow":
             self.bind(op.out, f"lax.integer_pow({self.ref(op.args[0])}, {int(op.params['y'])})", kind)
-        elif op.prim in _BINARY:
+        elif op.prim in BINARY:
             left, right = self._operand(op.args[0], kind), self._operand(op.args[1], kind)
             if self.cols and self.kind(op.args[0]) in (ROW, SCALAR):
                 right = self._row_length(op.prim, op.args[1], right)
             if self.cols and self.kind(op.args[1]) in (ROW, SCALAR):
                 left = self._row_length(op.prim, op.args[0], left)
-            self.bind(op.out, _BINARY[op.prim].format(left, right), kind)
+            self.bind(op.out, BINARY[op.prim].format(left, right), kind)
         elif op.prim == "select_n":
             if len(op.args) != 3:
                 raise unsupported("select_n", "a select with more than two cases")
@@ -330,7 +330,7 @@ class BlockCode:
                 raise NotRecognised(f"{where} pools windows other than non-overlapping ones along the last axis; the "
                                     "offline brain writes those only")
             self._segment_sum(op, source, g, where)
-        elif op.prim in _REDUCE:
+        elif op.prim in REDUCE:
             axes = tuple(op.params.get("axes", ()))
             source = op.args[0]
             rank = len(self.main)
@@ -361,5 +361,5 @@ def input_kind(value: Value, main: tuple[int, ...], users: list[Op]) -> str | No
 
 def has_row_reduction(ops: list[Op], main: tuple[int, ...]) -> bool:
     """Does some op reduce over whole rows? (A sum over groups of columns, on a (..., cols / g, g) view, does not.)"""
-    return any(op.prim in _REDUCE and isinstance(op.args[0], Value) and len(op.args[0].shape) == len(main)
+    return any(op.prim in REDUCE and isinstance(op.args[0], Value) and len(op.args[0].shape) == len(main)
                for op in ops)

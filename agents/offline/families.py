@@ -26,9 +26,11 @@ from agents.offline.expr import (
     has_row_reduction,
     input_kind,
     kind_of,
+    unsupported,
 )
 from agents.offline.kernel_family import FamilySpec
 from agents.offline.program import Op, Program, Value
+from agents.offline.tail import TAIL_PRIMS, splits, tail_inputs
 
 # What the offline brain writes, in the words its refusals use (here and in agents.brains).
 FAMILIES = ("elementwise/broadcast chains, row reductions and normalisations over the last axis, a matmul or "
@@ -81,6 +83,8 @@ class Matmul:
     reduces: bool
     n_inputs: int
     n_static: int
+    tail: tuple[Op, ...] = ()  # after `output`, as XLA ops on whole arrays (agents.offline.tail)
+    inputs: tuple[Value, ...] = ()  # the reference's inputs, which the tail may read
 
     family = "matmul"
 
@@ -194,20 +198,37 @@ def _matmul(program: Program, dot: Op, output: Value) -> Matmul:
     skip = {v.id for v in program.inputs
             if v.id in inputs_of_dot and all(u.prim in ("dot_general", "convert_element_type")
                                              for u in program.users(v))}
-    operands = _operands(program, main, skip)
-    seeded = {o.value.id: o.kind for o in operands} | {dot.out.id: FULL}
-    _check_ops(list(epilogue), main, seeded)
-    out_kind = kind_of(output.shape, main)
-    if out_kind not in (FULL, ROW):
-        raise NotRecognised(f"the output {list(output.shape)} is neither the matmul's shape nor one value per row")
     precision = dot.params.get("precision") or ()
     highest = any("HIGHEST" in str(p) for p in (precision if isinstance(precision, tuple) else (precision,)))
     lhs = Operand(program.inputs.index(lhs_v), "lhs", lhs_v)
     rhs = Operand(program.inputs.index(rhs_v), "rhs", rhs_v)
-    return Matmul(main=main, lhs=lhs, rhs=rhs, rhs_transposed=transposed, batched=batched, m=m, k=k, n=n,
-                  highest=highest, dot_out=dot.out, operands=operands, epilogue=tuple(epilogue), output=output,
-                  out_kind=out_kind, reduces=has_row_reduction(list(epilogue), main), n_inputs=len(program.inputs),
-                  n_static=len(program.static))
+
+    def build(ops: list[Op], written: Value, tail: list[Op]) -> Matmul:
+        operands = _operands(program, main, skip | tail_inputs(program, tail))
+        seeded = {o.value.id: o.kind for o in operands} | {dot.out.id: FULL}
+        _check_ops(ops, main, seeded)
+        out_kind = kind_of(written.shape, main)
+        if out_kind not in (FULL, ROW):
+            raise NotRecognised(f"the output {list(written.shape)} is neither the matmul's shape nor one value per "
+                                "row")
+        for op in tail:
+            if op.prim not in TAIL_PRIMS:
+                raise unsupported(op.prim, "the reference's last steps")
+        return Matmul(main=main, lhs=lhs, rhs=rhs, rhs_transposed=transposed, batched=batched, m=m, k=k, n=n,
+                      highest=highest, dot_out=dot.out, operands=operands, epilogue=tuple(ops), output=written,
+                      out_kind=out_kind, reduces=has_row_reduction(ops, main), n_inputs=len(program.inputs),
+                      n_static=len(program.static), tail=tuple(tail), inputs=tuple(program.inputs))
+
+    try:
+        return build(list(epilogue), output, [])
+    except NotRecognised as whole:
+        # The kernel may still write an earlier value (per element or per row) and XLA ops finish the rest.
+        for ops, written, tail in splits(program, list(epilogue), output):
+            try:
+                return build(ops, written, tail)
+            except NotRecognised:
+                continue
+        raise whole
 
 
 def recognise(program: Program) -> Spec:

@@ -1,0 +1,86 @@
+"""What a reference does after the value a kernel writes, as XLA ops on whole arrays: the tail.
+
+A reference may end with work no kernel block can hold - a per-row result broadcast against a per-channel bias
+into a new layout, say. The kernel then writes the last value it can (per element or per row) and the written
+module finishes the rest with jnp/lax calls, op for op as the reference has them (same dtypes, same
+broadcasting). Sizes in the ops' parameters are written as the wrapper's own sizes (`m`, `n`, an input's
+`.shape[j]`) where one has that value, so the module serves other shapes too.
+"""
+
+from __future__ import annotations
+
+from agents.offline.expr import BINARY, FLOAT_DTYPES, REDUCE, UNARY, literal, unsupported
+from agents.offline.program import Arg, Op, Program, Value
+
+# What a tail may hold: layout, elementwise and reduction ops (no matmuls, gathers or loops).
+TAIL_PRIMS = frozenset({"broadcast_in_dim", "reshape", "squeeze", "expand_dims", "transpose", "convert_element_type",
+                        "integer_pow", "select_n", "clamp"}) | frozenset(UNARY) | frozenset(BINARY) | frozenset(REDUCE)
+
+
+def tail_inputs(program: Program, tail: list[Op]) -> set[int]:
+    """The ids of the inputs only the tail reads (the kernel need not see them)."""
+    ids = {op.out.id for op in tail}
+    used = {a.id for op in tail for a in op.args if isinstance(a, Value)} - ids
+    return {v.id for v in program.inputs if v.id in used and all(u in tail for u in program.users(v))}
+
+
+def splits(program: Program, ops: list[Op], output: Value) -> list[tuple[list[Op], Value, list[Op]]]:
+    """Ways to end a kernel early: (the ops it computes, the value it writes, the tail), the shortest tail first.
+    A split is valid when the tail reads nothing the kernel computed but that value."""
+    out = []
+    for cut in range(len(ops) - 2, -1, -1):
+        head, rest = ops[:cut + 1], ops[cut + 1:]
+        made = {op.out.id for op in head}
+        read = {a.id for op in rest for a in op.args if isinstance(a, Value)}
+        if read & made == {head[-1].out.id} and rest[-1].out.id == output.id:
+            out.append((head, head[-1].out, rest))
+    return out
+
+
+def tail_lines(tail: tuple[Op, ...], names: dict[int, str], sizes: dict[int, str]) -> tuple[list[str], str]:
+    """The wrapper's lines computing the tail, and the name of its result. `names`: the expressions of the values
+    it starts from (the kernel's result, the inputs); `sizes`: size -> the wrapper's expression for it."""
+    names = dict(names)
+    lines = []
+
+    def ref(arg: Arg) -> str:
+        return names[arg.id] if isinstance(arg, Value) else literal(arg)
+
+    def shape(dims: tuple[int, ...]) -> str:
+        return "(" + "".join(f"{sizes.get(int(d), str(int(d)))}, " for d in dims) + ")"
+
+    for op in tail:
+        x = ref(op.args[0]) if op.args else ""
+        p = op.params
+        if op.prim == "broadcast_in_dim":
+            expr = f"lax.broadcast_in_dim({x}, {shape(p['shape'])}, {tuple(p['broadcast_dimensions'])})"
+        elif op.prim == "reshape":
+            expr = f"jnp.reshape({x}, {shape(p['new_sizes'])})"
+        elif op.prim == "squeeze":
+            expr = f"lax.squeeze({x}, {tuple(p['dimensions'])})"
+        elif op.prim == "expand_dims":
+            expr = f"lax.expand_dims({x}, {tuple(p['dimensions'])})"
+        elif op.prim == "transpose":
+            expr = f"jnp.transpose({x}, {tuple(p['permutation'])})"
+        elif op.prim == "convert_element_type":
+            new = str(p["new_dtype"])
+            expr = f"{x}.astype(jnp.{new})" if new in FLOAT_DTYPES or new in ("int32", "bool") else \
+                f"{x}.astype(jnp.dtype('{new}'))"
+        elif op.prim in UNARY:
+            expr = UNARY[op.prim].format(x)
+        elif op.prim == "integer_pow":
+            expr = f"lax.integer_pow({x}, {int(p['y'])})"
+        elif op.prim in BINARY:
+            expr = BINARY[op.prim].format(x, ref(op.args[1]))
+        elif op.prim == "select_n" and len(op.args) == 3:
+            expr = f"jnp.where({x}, {ref(op.args[2])}, {ref(op.args[1])})"
+        elif op.prim == "clamp":
+            expr = f"jnp.clip({ref(op.args[1])}, {x}, {ref(op.args[2])})"
+        elif op.prim in REDUCE:
+            expr = f"{REDUCE[op.prim]}({x}, axis={tuple(p['axes'])})"
+        else:
+            raise unsupported(op.prim, "the reference's last steps")
+        name = f"t{op.out.id}"
+        lines.append(f"{name} = {expr}")
+        names[op.out.id] = name
+    return lines, names[tail[-1].out.id]
