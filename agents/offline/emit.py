@@ -180,7 +180,9 @@ def _finish(spec: Matmul, crop: str, final: str) -> str:
     """The wrapper's last lines: the kernel's value in the reference's shape, then the reference's tail, if any."""
     if not spec.tail:
         return f"    return {crop}.reshape({final})"
-    sizes = {1: "1", spec.m: "m", spec.n: "n", spec.k: "k"}
+    sizes: dict[int, str] = {}  # the first name for a size wins: the output's m and n before k
+    for size, name in ((1, "1"), (spec.m, "m"), (spec.n, "n"), (spec.k, "k")):
+        sizes.setdefault(size, name)
     for i, value in enumerate(spec.inputs):
         for j, d in enumerate(value.shape):
             sizes.setdefault(d, f"a{i}.shape[{j}]")

@@ -9,6 +9,8 @@ broadcasting). Sizes in the ops' parameters are written as the wrapper's own siz
 
 from __future__ import annotations
 
+import math
+
 from agents.offline.expr import BINARY, FLOAT_DTYPES, REDUCE, UNARY, literal, unsupported
 from agents.offline.program import Arg, Op, Program, Value
 
@@ -44,7 +46,14 @@ def tail_lines(tail: tuple[Op, ...], names: dict[int, str], sizes: dict[int, str
     lines = []
 
     def ref(arg: Arg) -> str:
-        return names[arg.id] if isinstance(arg, Value) else literal(arg)
+        if isinstance(arg, Value):
+            return names[arg.id]
+        # A mean divides by a size (or multiplies by its reciprocal): keep it the wrapper's size.
+        if isinstance(arg, float) and arg > 1 and arg.is_integer() and int(arg) in sizes:
+            return f"float({sizes[int(arg)]})"
+        recip = next((n for n in sizes if n > 1 and isinstance(arg, float) and math.isclose(arg, 1.0 / n,
+                                                                                           rel_tol=1e-6)), None)
+        return f"(1.0 / {sizes[recip]})" if recip else literal(arg)
 
     def shape(dims: tuple[int, ...]) -> str:
         return "(" + "".join(f"{sizes.get(int(d), str(int(d)))}, " for d in dims) + ")"
