@@ -314,7 +314,7 @@ def recognise_conv(program: Program, output: Value) -> Conv | None:
 # -- parameters -------------------------------------------------------------------------------------------------
 def conv_space(spec: Conv) -> dict[str, tuple[Any, ...]]:
     space: dict[str, tuple[Any, ...]] = {"BLOCK_CO": (64, 128, 256, 512)}
-    if spec.mode != PLANE:
+    if spec.mode != PLANE and not writes_planes(spec):
         space["BLOCK_P"] = (512, 1024, 2048, 4096, 8192, 16384)  # output positions (lanes) per grid step
     space["CHUNK"] = (256, 512, 1024, 2048)  # positions per MXU dot inside a step
     if spec.mode != POOL:
@@ -339,6 +339,20 @@ def _wide_positions(spec: Conv) -> int:
 def _flattens_in_vmem(spec: Conv) -> bool:
     """Rows whole lane tiles long, in groups of 8 (the sublane tile): the kernel flattens the image itself."""
     return spec.in_spatial[-1] % 128 == 0 and math.prod(spec.in_spatial[:-1]) % 8 == 0
+
+
+PLANE_ACC_BYTES = 32 * MiB  # the most a whole plane's f32 accumulator may take for a per-element output
+
+
+def writes_planes(spec: Conv) -> bool:
+    """Is the per-element output written in its final (N, C, H_out, W_out) layout by the kernel? For 2-D
+    convolutions whose rows are whole lane tiles, one block per whole plane: its wide rows are reshaped in VMEM
+    and cropped as they are stored, so XLA neither relayouts the flat (C, H_out * W) result nor crops it in HBM
+    (each a full pass over the output)."""
+    if spec.mode == POOL or spec.rank != 2 or spec.in_spatial[-1] % 128 or \
+            value_kind(spec.output.shape, spec.conv_out.shape) != FULL:
+        return False
+    return spec.mode == PLANE or 128 * _wide_positions(spec) * 4 <= PLANE_ACC_BYTES
 
 
 def _vmem_bytes(spec: Conv, block_co: int, block_p: int, chunk: int) -> int:
@@ -378,12 +392,13 @@ def conv_params(spec: Conv, chip: ChipSpec) -> tuple[dict[str, Any], list[str]]:
     block_co = floor_in(space["BLOCK_CO"], spec.c_out) if spec.c_out > 64 else 64
     chunk = 1024 if spec.taps * _padded_channels(spec.c_in) <= 512 else 512
     lanes = -(-wide // 128) * 128
-    block_p = -(-wide // chunk) * chunk if spec.mode == PLANE else min(floor_in(space["BLOCK_P"], 4 * chunk),
-                                                                       -(-lanes // chunk) * chunk)
+    whole = spec.mode == PLANE or writes_planes(spec)
+    block_p = -(-wide // chunk) * chunk if whole else min(floor_in(space["BLOCK_P"], 4 * chunk),
+                                                          -(-lanes // chunk) * chunk)
     vmem = _vmem_bytes(spec, min(block_co, spec.c_out), block_p, chunk)
     limit = next((v for v in space["VMEM_LIMIT_BYTES"] if v >= 1.25 * vmem), space["VMEM_LIMIT_BYTES"][-1])
     params: dict[str, Any] = {"BLOCK_CO": block_co}
-    if spec.mode != PLANE:
+    if "BLOCK_P" in space:
         params["BLOCK_P"] = block_p
     if spec.mode != POOL:
         params["EPI_ROWS"] = DEFAULT_EPI_ROWS
@@ -396,7 +411,8 @@ def conv_params(spec: Conv, chip: ChipSpec) -> tuple[dict[str, Any], list[str]]:
         "im2col array is ever written to HBM.",
         f"Output rows are computed as wide as the input's ({wide} positions per plane, {extra:.1%} more MXU work "
         "than the valid ones) so every tap is one shift; the wide positions are masked out of reductions and "
-        "cropped from a per-element output by XLA.",
+        + ("cropped as each plane is stored in its final layout." if writes_planes(spec)
+           else "cropped from a per-element output by XLA."),
         f"The {spec.taps} taps are folded into one contraction of {spec.taps * _padded_channels(spec.c_in)} "
         f"(a patch of {chunk} positions in VMEM), rather than {spec.taps} dots of {spec.c_in}: the MXU "
         "does fewer, deeper passes.",
@@ -459,9 +475,13 @@ def _epilogue_text(spec: Conv) -> tuple[str, list[str]]:
         # EPI_ROWS rows at a time: its f32 temporaries are a slice, not copies of the whole tile in VMEM.
         code = _epilogue(spec, spec.ops, rows="rows, :")
         body = _indent(code.lines, "        ")
+        store = (f"        o_ref[rows, :] = jnp.broadcast_to({code.ref(spec.output)}, o_ref[rows, :].shape)"
+                 ".astype(o_ref.dtype)\n")
+        if writes_planes(spec):  # the wide rows of each channel's plane, reshaped and cropped as they are stored
+            store = (f"        plane = jnp.broadcast_to({code.ref(spec.output)}, (sub, bp))[:, :h_out * width]\n"
+                     "        o_ref[rows] = plane.reshape(sub, h_out, width)[:, :, :w_out].astype(o_ref.dtype)\n")
         return (f"    def _epilogue(r, carry):\n        rows = pl.ds(pl.multiple_of(r * sub, 8), sub)\n{body}\n"
-                f"        o_ref[rows, :] = jnp.broadcast_to({code.ref(spec.output)}, o_ref[rows, :].shape)"
-                ".astype(o_ref.dtype)\n        return carry\n\n"
+                f"{store}        return carry\n\n"
                 "    lax.fori_loop(0, acc_ref.shape[0] // sub, _epilogue, 0)\n"), []
     before, reductions, after = _pool_parts(spec)
     code = _epilogue(spec, before)
@@ -517,7 +537,11 @@ def conv_source(spec: Conv, params: dict[str, Any], header: str, tunable_text: s
     to_bf16 = not spec.highest
     mxu = "jnp.bfloat16" if to_bf16 else "jnp.float32"
     precision = "lax.Precision.HIGHEST" if spec.highest else "None"
-    if full_out:
+    if writes_planes(spec):
+        out_block = "pl.BlockSpec((None, bco) + tuple(out_spatial), lambda n, co, pi: (n, co, 0, 0))"
+        out_shape = f"jax.ShapeDtypeStruct((batch, c_out_p) + tuple(out_spatial), jnp.{spec.output.dtype})"
+        crop = "    return lax.slice(out, (0,) * out.ndim, (batch, c_out) + tuple(out_spatial))\n"
+    elif full_out:
         out_block = "pl.BlockSpec((None, bco, bp), lambda n, co, pi: (n, co, pi))"
         out_shape = f"jax.ShapeDtypeStruct((batch, c_out_p, p_pad), jnp.{spec.output.dtype})"
         crop = ("    out = lax.slice(out, (0, 0, 0), (batch, c_out, wide)).reshape((batch, c_out, out_spatial[0])\n"
@@ -529,7 +553,7 @@ def conv_source(spec: Conv, params: dict[str, Any], header: str, tunable_text: s
         crop = f"    return lax.slice(out, (0, 0, 0), (batch, c_out, 1)).reshape({_out_shape_expr(spec)})\n"
     semantics = '("parallel", "arbitrary", "arbitrary")' if flat else \
         '("parallel", "parallel", "arbitrary")' if spec.mode == POOL else '("parallel", "parallel", "parallel")'
-    block_p = "p_total" if spec.mode == PLANE else "min(_round_up(BLOCK_P, chunk), p_total)"
+    block_p = "p_total" if spec.mode == PLANE or writes_planes(spec) else "min(_round_up(BLOCK_P, chunk), p_total)"
     if flat:
         flatten = ("\n    @pl.when((pl.program_id(1) == 0) & (pi == 0))\n    def _flatten():  # once per sample: one "
                    "row of positions per channel, zeros past the image and in the padded channels\n"
@@ -601,7 +625,8 @@ def _conv_chunk(x_ref, w_ref, patch_ref, start, offsets, c_in, chunk):
     return acc
 
 
-def _kernel({", ".join(refs)}, {", ".join(scratch_names)}, *, offsets, c_in, chunk, count, sub):
+def _kernel({", ".join(refs)}, {", ".join(scratch_names)}, *, offsets, c_in, chunk, count, sub, h_out, width,
+            w_out):
     pi = pl.program_id(2)
     bp = acc_ref.shape[-1]
 {flatten}
@@ -642,7 +667,8 @@ def computation({", ".join([f"a{i}" for i in range(spec.n_inputs)] + [f"s{i}" fo
         wt = jnp.moveaxis(wt, 1, 0)  # [taps, C_out, C_in]
         w_spec = pl.BlockSpec((len(offsets), bco, c_in_p), lambda n, co, pi: (0, co, 0))
 {prepared}{count}{sub_line}    kernel = functools.partial(_kernel, offsets=offsets, c_in=c_in_p, chunk=chunk,
-                               count=count, sub=sub)
+                               count=count, sub=sub, h_out=out_spatial[0], width=in_spatial[-1],
+                               w_out=out_spatial[-1])
     out = pl.pallas_call(
         kernel,
         grid=(batch, c_out_p // bco, p_pad // bp),

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from agents.offline.brain import analyse
+from agents.offline.conv import writes_planes
 from agents.offline.emit import source
 from agents.offline.expr import NotRecognised
 from agents.offline.params import choose
@@ -58,6 +59,24 @@ def get_inputs():
     return [x, w, 0.1 * jax.random.normal(k[2], (16,), jnp.float32)], []
 '''
 
+# Rows a lane tile long: the kernel writes (N, C, H_out, W_out) itself, with no crop by XLA.
+CONV2D_MISH_WIDE_ROWS = '''import jax
+import jax.numpy as jnp
+
+
+def computation(x, w, b):
+    y = jax.lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    y = y + b[None, :, None, None]
+    return jnp.tanh(y * jnp.tanh(jax.nn.softplus(y)))
+
+
+def get_inputs():
+    k = jax.random.split(jax.random.PRNGKey(2), 3)
+    x = jax.random.normal(k[0], (2, 8, 34, 128), jnp.bfloat16)
+    w = (jax.random.normal(k[1], (16, 8, 3, 3)) / 9.0).astype(jnp.bfloat16)
+    return [x, w, (0.1 * jax.random.normal(k[2], (16,))).astype(jnp.bfloat16)], []
+'''
+
 PADDED_CONV = '''import jax
 import jax.numpy as jnp
 
@@ -83,10 +102,12 @@ def _task(root: Path, name: str, reference: str) -> Path:
 @pytest.mark.slow
 def test_convolutions_get_ok_kernels(tmp_path: Path, settings: Settings) -> None:
     tasks = [load_task(_task(tmp_path, "conv2d_instance_norm", CONV2D_INSTANCE_NORM)),
-             load_task(_task(tmp_path, "conv3d_gelu_pool", CONV3D_GELU_POOL))]
+             load_task(_task(tmp_path, "conv3d_gelu_pool", CONV3D_GELU_POOL)),
+             load_task(_task(tmp_path, "conv2d_mish_wide_rows", CONV2D_MISH_WIDE_ROWS))]
     readings = read_tasks(tasks, settings)
     specs = [analyse(readings[t.digest], V6E) for t in tasks]
-    assert [s.family for s in specs] == ["convolution", "convolution"]
+    assert [s.family for s in specs] == ["convolution"] * 3
+    assert [writes_planes(s) for s in specs] == [False, False, True]
     assert "per-plane statistics" in specs[0].describe() and "global pool" in specs[1].describe()
     plan = choose(specs[1], V6E)[1]
     assert any("rounded to bf16 for the MXU with f32 accumulation" in line for line in plan)  # XLA's default
@@ -96,7 +117,7 @@ def test_convolutions_get_ok_kernels(tmp_path: Path, settings: Settings) -> None
         kernel.write_text(source(spec, choose(spec, V6E)[0]))
         requests.append(EvalRequest(task.path, kernel, "v6e"))
     results = evaluate_many(requests, settings)
-    assert [r.verdict for r in results] == ["ok", "ok"], [r.message for r in results]
+    assert [r.verdict for r in results] == ["ok"] * 3, [r.message for r in results]
 
 
 def test_a_padded_convolution_is_refused_with_the_reason(tmp_path: Path, settings: Settings) -> None:
