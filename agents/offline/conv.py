@@ -314,7 +314,7 @@ def recognise_conv(program: Program, output: Value) -> Conv | None:
 # -- parameters -------------------------------------------------------------------------------------------------
 def conv_space(spec: Conv) -> dict[str, tuple[Any, ...]]:
     space: dict[str, tuple[Any, ...]] = {"BLOCK_CO": (64, 128, 256, 512)}
-    if spec.mode != PLANE and not writes_planes(spec):
+    if spec.mode != PLANE:
         space["BLOCK_P"] = (512, 1024, 2048, 4096, 8192, 16384)  # output positions (lanes) per grid step
     space["CHUNK"] = (256, 512, 1024, 2048)  # positions per MXU dot inside a step
     if spec.mode != POOL:
@@ -341,18 +341,20 @@ def _flattens_in_vmem(spec: Conv) -> bool:
     return spec.in_spatial[-1] % 128 == 0 and math.prod(spec.in_spatial[:-1]) % 8 == 0
 
 
-PLANE_ACC_BYTES = 32 * MiB  # the most a whole plane's f32 accumulator may take for a per-element output
-
-
 def writes_planes(spec: Conv) -> bool:
-    """Is the per-element output written in its final (N, C, H_out, W_out) layout by the kernel? For 2-D
-    convolutions whose rows are whole lane tiles, one block per whole plane: its wide rows are reshaped in VMEM
-    and cropped as they are stored, so XLA neither relayouts the flat (C, H_out * W) result nor crops it in HBM
-    (each a full pass over the output)."""
-    if spec.mode == POOL or spec.rank != 2 or spec.in_spatial[-1] % 128 or \
-            value_kind(spec.output.shape, spec.conv_out.shape) != FULL:
+    """Is the per-element output written in its final (N, C, *out_spatial) layout by the kernel? When the input's
+    rows below the leading spatial axis are whole lane tiles (W for 2-D, H x W for 3-D), a block is a run of whole
+    leading rows (image rows, or depth planes): its wide positions are reshaped in VMEM and cropped as they are
+    stored, so XLA neither relayouts the flat (C, positions) result nor crops it in HBM (each a full pass over
+    the output). Plane statistics take all the rows in one block."""
+    if spec.mode == POOL or value_kind(spec.output.shape, spec.conv_out.shape) != FULL:
         return False
-    return spec.mode == PLANE or 128 * _wide_positions(spec) * 4 <= PLANE_ACC_BYTES
+    return math.prod(spec.in_spatial[1:]) % 128 == 0
+
+
+def _row_unit(spec: Conv) -> int:
+    """Leading output rows per block come in multiples of this: a 2-D block's rows are its sublanes."""
+    return 8 if spec.rank == 2 else 1
 
 
 def _vmem_bytes(spec: Conv, block_co: int, block_p: int, chunk: int) -> int:
@@ -392,9 +394,11 @@ def conv_params(spec: Conv, chip: ChipSpec) -> tuple[dict[str, Any], list[str]]:
     block_co = floor_in(space["BLOCK_CO"], spec.c_out) if spec.c_out > 64 else 64
     chunk = 1024 if spec.taps * _padded_channels(spec.c_in) <= 512 else 512
     lanes = -(-wide // 128) * 128
-    whole = spec.mode == PLANE or writes_planes(spec)
-    block_p = -(-wide // chunk) * chunk if whole else min(floor_in(space["BLOCK_P"], 4 * chunk),
-                                                          -(-lanes // chunk) * chunk)
+    block_p = -(-wide // chunk) * chunk if spec.mode == PLANE else min(floor_in(space["BLOCK_P"], 4 * chunk),
+                                                                       -(-lanes // chunk) * chunk)
+    if writes_planes(spec) and spec.mode != PLANE:  # whole leading rows (see the wrapper's rows_blk)
+        inner, unit = math.prod(spec.in_spatial[1:]), _row_unit(spec)
+        block_p = min(spec.out_spatial[0], max(unit, block_p // inner // unit * unit)) * inner
     vmem = _vmem_bytes(spec, min(block_co, spec.c_out), block_p, chunk)
     limit = next((v for v in space["VMEM_LIMIT_BYTES"] if v >= 1.25 * vmem), space["VMEM_LIMIT_BYTES"][-1])
     params: dict[str, Any] = {"BLOCK_CO": block_co}
@@ -477,9 +481,11 @@ def _epilogue_text(spec: Conv) -> tuple[str, list[str]]:
         body = _indent(code.lines, "        ")
         store = (f"        o_ref[rows, :] = jnp.broadcast_to({code.ref(spec.output)}, o_ref[rows, :].shape)"
                  ".astype(o_ref.dtype)\n")
-        if writes_planes(spec):  # the wide rows of each channel's plane, reshaped and cropped as they are stored
-            store = (f"        plane = jnp.broadcast_to({code.ref(spec.output)}, (sub, bp))[:, :h_out * width]\n"
-                     "        o_ref[rows] = plane.reshape(sub, h_out, width)[:, :, :w_out].astype(o_ref.dtype)\n")
+        if writes_planes(spec):  # each channel's wide rows, reshaped and cropped as they are stored
+            store = (f"        block = jnp.broadcast_to({code.ref(spec.output)}, (sub, bp))\n"
+                     "        block = block.reshape((sub, bp // math.prod(inner)) + inner)\n"
+                     "        o_ref[rows] = block[(slice(None), slice(None)) + tuple(slice(0, o) for o in out_inner)]"
+                     ".astype(o_ref.dtype)\n")
         return (f"    def _epilogue(r, carry):\n        rows = pl.ds(pl.multiple_of(r * sub, 8), sub)\n{body}\n"
                 f"{store}        return carry\n\n"
                 "    lax.fori_loop(0, acc_ref.shape[0] // sub, _epilogue, 0)\n"), []
@@ -538,7 +544,8 @@ def conv_source(spec: Conv, params: dict[str, Any], header: str, tunable_text: s
     mxu = "jnp.bfloat16" if to_bf16 else "jnp.float32"
     precision = "lax.Precision.HIGHEST" if spec.highest else "None"
     if writes_planes(spec):
-        out_block = "pl.BlockSpec((None, bco) + tuple(out_spatial), lambda n, co, pi: (n, co, 0, 0))"
+        out_block = ("pl.BlockSpec((None, bco, rows_blk) + tuple(out_spatial[1:]), "
+                     "lambda n, co, pi: (n, co, pi) + (0,) * (len(out_spatial) - 1))")
         out_shape = f"jax.ShapeDtypeStruct((batch, c_out_p) + tuple(out_spatial), jnp.{spec.output.dtype})"
         crop = "    return lax.slice(out, (0,) * out.ndim, (batch, c_out) + tuple(out_spatial))\n"
     elif full_out:
@@ -553,7 +560,16 @@ def conv_source(spec: Conv, params: dict[str, Any], header: str, tunable_text: s
         crop = f"    return lax.slice(out, (0, 0, 0), (batch, c_out, 1)).reshape({_out_shape_expr(spec)})\n"
     semantics = '("parallel", "arbitrary", "arbitrary")' if flat else \
         '("parallel", "parallel", "arbitrary")' if spec.mode == POOL else '("parallel", "parallel", "parallel")'
-    block_p = "p_total" if spec.mode == PLANE or writes_planes(spec) else "min(_round_up(BLOCK_P, chunk), p_total)"
+    block_p = "p_total" if spec.mode == PLANE else "min(_round_up(BLOCK_P, chunk), p_total)"
+    if writes_planes(spec):  # blocks of whole leading rows; the chunk divides them
+        unit = _row_unit(spec)
+        rows = "out_spatial[0]" if spec.mode == PLANE else \
+            f"min(out_spatial[0], max({unit}, BLOCK_P // inner // {unit} * {unit}))"
+        positions = (f"    inner = math.prod(in_spatial[1:])\n    rows_blk = {rows}\n    bp = rows_blk * inner\n"
+                     "    chunk = math.gcd(min(CHUNK, bp), bp)\n    p_total = _round_up(wide, bp)\n")
+    else:
+        positions = (f"    chunk = min(CHUNK, _round_up(wide, 128))\n    p_total = _round_up(wide, chunk)\n"
+                     f"    bp = {block_p}\n")
     if flat:
         flatten = ("\n    @pl.when((pl.program_id(1) == 0) & (pi == 0))\n    def _flatten():  # once per sample: one "
                    "row of positions per channel, zeros past the image and in the padded channels\n"
@@ -625,8 +641,8 @@ def _conv_chunk(x_ref, w_ref, patch_ref, start, offsets, c_in, chunk):
     return acc
 
 
-def _kernel({", ".join(refs)}, {", ".join(scratch_names)}, *, offsets, c_in, chunk, count, sub, h_out, width,
-            w_out):
+def _kernel({", ".join(refs)}, {", ".join(scratch_names)}, *, offsets, c_in, chunk, count, sub, inner,
+            out_inner):
     pi = pl.program_id(2)
     bp = acc_ref.shape[-1]
 {flatten}
@@ -649,10 +665,7 @@ def computation({", ".join([f"a{i}" for i in range(spec.n_inputs)] + [f"s{i}" fo
     offsets = tuple(sum(i * s for i, s in zip(tap, strides)) for tap in
                     itertools.product(*(range(k) for k in window)))
     wide = out_spatial[0] * strides[0]
-    chunk = min(CHUNK, _round_up(wide, 128))
-    p_total = _round_up(wide, chunk)
-    bp = {block_p}
-    p_pad = _round_up(p_total, bp)
+{positions}    p_pad = _round_up(p_total, bp)
     c_in_p = _round_up(c_in, 8)
     bco = c_out if c_out <= BLOCK_CO else BLOCK_CO
     c_out_p = _round_up(c_out, bco)
@@ -667,8 +680,8 @@ def computation({", ".join([f"a{i}" for i in range(spec.n_inputs)] + [f"s{i}" fo
         wt = jnp.moveaxis(wt, 1, 0)  # [taps, C_out, C_in]
         w_spec = pl.BlockSpec((len(offsets), bco, c_in_p), lambda n, co, pi: (0, co, 0))
 {prepared}{count}{sub_line}    kernel = functools.partial(_kernel, offsets=offsets, c_in=c_in_p, chunk=chunk,
-                               count=count, sub=sub, h_out=out_spatial[0], width=in_spatial[-1],
-                               w_out=out_spatial[-1])
+                               count=count, sub=sub, inner=tuple(in_spatial[1:]),
+                               out_inner=tuple(out_spatial[1:]))
     out = pl.pallas_call(
         kernel,
         grid=(batch, c_out_p // bco, p_pad // bp),
