@@ -6,8 +6,7 @@ form an LLM would, so the planner, implementer, self-debugger and analyst sub-ag
 - planner: a plan in the fixed sections, with the reasons for each parameter and a `Parameters:` line; a
   revision moves to the next point of its search order, a redirect is read in a small vocabulary (REDIRECTS);
 - implementer: the kernel for the plan's parameters (or, for a search expansion, the strategy's move);
-- debugger: for a scoped-VMEM overflow, the same kernel with the limit raised to what the compiler said it needs
-  (when the chip has it); otherwise smaller blocks and more scoped VMEM;
+- debugger: a repair chosen by the evaluator's error kind (agents.offline.debugger);
 - analyst: where the time goes, from the evaluator's profile summary.
 """
 
@@ -23,10 +22,12 @@ from agents import strategies, tunable
 from agents.brain import BrainReply, BrainRequest, Usage
 from agents.offline import emit
 from agents.offline.attention import Attention
+from agents.offline.debugger import CannotRepair, repair
 from agents.offline.expr import NotRecognised
 from agents.offline.families import Matmul, Spec, recognise
 from agents.offline.kernel_family import FamilySpec
-from agents.offline.params import choose, cost_line, raised_vmem_limit
+from agents.offline.params import choose, cost_line
+from agents.offline.program import Value
 from agents.offline.reading import Reading, read_task
 from agents.plan_parameters import LINE, parameters_line
 from agents.subagents import AgentAnswerError, code_blocks
@@ -245,19 +246,15 @@ class OfflineBrain:
         blocks = code_blocks(prompt)
         if not blocks:
             raise AgentAnswerError("no candidate to debug")
-        code = blocks[0]
-        space = tunable.space(code)
-        params = tunable.current(code) if space else {}
-        # The first error in the prompt is this candidate's; earlier attempts' come after it.
-        raised = raised_vmem_limit(params, space, prompt, self.chip.vmem_bytes)
-        if raised is not None:
-            return f"```python\n{tunable.with_params(code, raised)}```"
-        moved = tunable.step(params, space, ("BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK_ROWS", "BLOCK_COLS"), -1) \
-            if space else None
-        if moved is None:
-            raise AgentAnswerError("the offline brain has no smaller configuration of this kernel to try")
-        bigger = tunable.step(moved, space, ("VMEM_LIMIT_BYTES",), +1)
-        return f"```python\n{tunable.with_params(code, bigger or moved)}```"
+        program = self.reading.programs[0]
+        output = program.outputs[0]
+        if not isinstance(output, Value):
+            raise AgentAnswerError("the reference returns a constant; the offline brain has nothing to conform to")
+        try:
+            fixed, what = repair(blocks[0], prompt, output, program.inputs, self.chip.vmem_bytes)
+        except CannotRepair as exc:
+            raise AgentAnswerError(str(exc)) from exc
+        return f"{what}\n```python\n{fixed}```"
 
     def _analyse(self, prompt: str) -> str:
         text = prompt.lower()
