@@ -154,10 +154,11 @@ def test_a_hitl_session_from_slash_command_to_auto_summary(team: Team) -> None:
     auto = [m for m in team.thread(sid) if (m.metadata or {}).get("event_payload", {}).get("key") == "auto"]
     assert len(auto) == 1
     assert "stopped: iterations" in text_of(summary)
-    # Edits come at the end of the notifier's batch, just after the summary's post.
+    # Edits come at the end of the notifier's batch, just after the summary's post. A batch sends only the last
+    # edit of a message, so how many edits it took depends on how the iterations fell into batches: at least one.
     finished = wait_for("Auto's progress message finished", lambda: "finished" in text_of(
         team.slack.find("C1", auto[0].ts)) and team.slack.find("C1", auto[0].ts))
-    assert finished.edits >= 2
+    assert finished.edits >= 1 and finished.text.startswith("Auto iteration")
     wait_for("the root saying so", lambda: "Auto finished" in text_of(team.slack.find("C1", root.ts)))
     wait_for("the answered result", lambda: "Handed off to Auto by <@U1>" in text_of(team.slack.find("C1", result.ts)))
     with Session(team.server.engine) as s:
