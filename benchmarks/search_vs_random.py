@@ -1,7 +1,9 @@
 """How many evaluations the search needs to reach its best kernel, against random sampling of the same space at
 the same budget; and how much time the paradigm itself adds per evaluation.
 
-For each task (seeded with its solutions/pallas.py, whose TUNABLE space both methods explore): one beam search
+For each task (a name in tasks/ or a task folder, e.g. benchmarks/measured/39k_Conv2d_GELU_GlobalAvgPool; seeded
+with its solutions/pallas.py, or with the offline brain's first kernel when it has none or with --seed offline;
+both methods explore the seed's TUNABLE space): one beam search
 (parametric strategies from the library, no brain), one hybrid search (a third of the budget at random, then
 beam) and --random-seeds runs of the autotuner (`tune`: uniform
 random points of the space), each with --budget evaluations, on a fresh SQLite database with an in-process runner
@@ -13,6 +15,7 @@ sandboxed child, chart) = what the search adds inside the job (IR claim, recordi
 wall time per evaluation against the mean evaluation time divided by the workers.
 
     .venv/bin/python benchmarks/search_vs_random.py [--tasks matmul_bf16,causal_attention] [--budget 10]
+                                                    [--seed solution|offline]
 """
 
 from __future__ import annotations
@@ -29,21 +32,43 @@ from sqlmodel import Session, col, select
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from agents import tunable  # noqa: E402
 from agents.local import run_until_settled  # noqa: E402
 from agents.search import NODE_JOB, load_graph, outcome, start_search  # noqa: E402
 from agents.search_decide import SearchConfig  # noqa: E402
 from storage.connect import open_database  # noqa: E402
 from storage.models import Evaluation, Job  # noqa: E402
 from storage.settings import load_settings  # noqa: E402
-from tpu_runner.tasks import load_task  # noqa: E402
+from tpu_runner.hardware import get_chip  # noqa: E402
+from tpu_runner.tasks import Task, load_task  # noqa: E402
 
 
-def run_one(task_name: str, strategy: str, budget: int, workers: int, seed: int, root: Path) -> dict:
+def task_dir(name: str) -> Path:
+    """A task by its name in tasks/ or by its folder."""
+    return REPO / "tasks" / name if (REPO / "tasks" / name).is_dir() else Path(name).resolve()
+
+
+def seed_kernel(task: Task, prefer: str, root: Path) -> tuple[str, str]:
+    """The seed both methods start from and where it came from: the task's own solution, or the offline brain's
+    first kernel (its plan's parameters, with the TUNABLE space it declares)."""
+    own = task.path / "solutions" / "pallas.py"
+    if prefer == "solution" and own.is_file():
+        return own.read_text(), "solutions/pallas.py"
+    from agents.offline.brain import offline_brain
+    from agents.offline.emit import source
+    from agents.offline.params import choose
+
+    chip = get_chip("v6e")
+    brain = offline_brain(task, chip, load_settings({"KERNELBOT_HOME": str(root / "reading")}))
+    assert brain.spec is not None
+    return source(brain.spec, choose(brain.spec, chip)[0]), "the offline brain"
+
+
+def run_one(task: Task, seed_code: str, strategy: str, budget: int, workers: int, seed: int, root: Path) -> dict:
+    task_name = task.path.name
     home = root / f"{task_name}-{strategy}-{seed}"
     settings = load_settings({"KERNELBOT_HOME": str(home), "KERNELBOT_EVAL_WORKERS": str(workers)})
     engine = open_database(settings)
-    task = load_task(REPO / "tasks" / task_name)
-    seed_code = (task.path / "solutions" / "pallas.py").read_text()
     started = time.perf_counter()
     with Session(engine) as s, s.begin():
         session_id = start_search(s, task=task, target="v6e", seed_code=seed_code, brain=None,
@@ -81,22 +106,33 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--random-seeds", type=int, default=2)
     parser.add_argument("--methods", default="beam,hybrid,random", help="which of beam, hybrid, random to run")
+    parser.add_argument("--seed", choices=("solution", "offline"), default="solution",
+                        help="seed with the task's solutions/pallas.py (the offline brain's kernel when it has "
+                             "none) or always with the offline brain's kernel")
     args = parser.parse_args()
     rows = []
+    names = []
     with tempfile.TemporaryDirectory(prefix="kb-search-bench-") as tmp:
-        for task in args.tasks.split(","):
+        for name in args.tasks.split(","):
+            task = load_task(task_dir(name))
+            seed_code, origin = seed_kernel(task, args.seed, Path(tmp))
+            space = tunable.space(seed_code)
+            points = tunable.size(space)
+            names.append(task.path.name)
+            print(f"{task.path.name}: seed from {origin}, a TUNABLE space of {len(space)} parameters, "
+                  f"{points} points", flush=True)
             methods = args.methods.split(",")
             runs = [(m, 1) for m in ("beam", "hybrid") if m in methods]
             runs += [("tune", s) for s in range(1, args.random_seeds + 1)] if "random" in methods else []
             for strategy, seed in runs:
-                row = run_one(task, strategy, args.budget, args.workers, seed, Path(tmp))
+                row = run_one(task, seed_code, strategy, args.budget, args.workers, seed, Path(tmp))
                 rows.append(row)
                 print(f"{row['task']:<18} {row['method']:<10} best x{row['best']:.3f} reached at evaluation "
                       f"{row['reached_at']}/{row['evaluations']} ({row['ok']} ok, {row['duplicates']} duplicates "
                       f"skipped); {row['wall']:.0f} s wall, evaluation {row['eval_mean']:.1f} s, search adds "
                       f"{row['added_mean'] * 1000:.0f} ms per evaluation", flush=True)
     print(f"\nsummary (budget {args.budget} evaluations, {args.workers} workers)")
-    for task in args.tasks.split(","):
+    for task in names:
         mine = [r for r in rows if r["task"] == task]
         parts = [f"{r['method']} x{r['best']:.3f} at {r['reached_at']}" for r in mine]
         print(f"  {task:<18} " + "; ".join(parts))

@@ -34,9 +34,10 @@ from agents.offline.tail import TAIL_PRIMS, splits, tail_inputs
 
 # What the offline brain writes, in the words its refusals use (here and in agents.brains).
 FAMILIES = ("elementwise/broadcast chains, row reductions and normalisations over the last axis, a matmul or "
-            "batched matmul followed by such a chain, scaled dot-product attention (causal or not, grouped-query "
-            "heads), 2-D and 3-D VALID convolutions followed by such a chain, a global pool or a per-plane "
-            "normalisation, and scans (prefix sums, linear recurrences)")
+            "batched matmul followed by such a chain (group sums, window pools and a tail of whole-array work "
+            "included), scaled dot-product attention (causal or not, grouped-query heads, a bias, any head layout), "
+            "2-D and 3-D VALID convolutions followed by such a chain, a global pool or a per-plane normalisation, "
+            "and scans (prefix sums, linear recurrences)")
 
 
 @dataclass(frozen=True)
