@@ -1,0 +1,125 @@
+"""The offline brain's families that had no task of their own, each on one written here: a matmul followed by a
+group norm (group sums as exact 0/1 matmuls), by an average pool over groups of columns, by a batch norm over its
+rows (work no block holds, left to XLA as a tail), and the linear recurrence scan. Each gets an ok kernel from
+the real evaluator on libtpu, checked on shapes that span several blocks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agents.offline.brain import analyse
+from agents.offline.emit import source
+from agents.offline.params import choose
+from agents.offline.reading import read_tasks
+from storage.settings import Settings
+from tpu_runner.evaluate import EvalRequest, evaluate_many
+from tpu_runner.hardware import get_chip
+from tpu_runner.tasks import load_task
+
+V6E = get_chip("v6e")
+
+GEMM_INPUTS = '''
+
+def get_inputs():
+    k = jax.random.split(jax.random.PRNGKey(3), 4)
+    x = jax.random.normal(k[0], (512, 256), jnp.bfloat16)
+    w = (jax.random.normal(k[1], (256, 1024)) / 16.0).astype(jnp.bfloat16)
+    b = (0.1 * jax.random.normal(k[2], (1024,))).astype(jnp.bfloat16)
+    gamma = (1.0 + 0.1 * jax.random.normal(k[3], (1024,))).astype(jnp.bfloat16)
+    return [x, w, b, gamma], []
+'''
+
+GEMM_GROUP_NORM_SWISH = '''import jax
+import jax.numpy as jnp
+
+
+def computation(x, w, b, gamma):
+    h = x @ w + b
+    g = h.reshape(h.shape[0], h.shape[1] // 32, 32)
+    mean = jnp.mean(g, axis=2, keepdims=True)
+    var = jnp.mean(jnp.square(g - mean), axis=2, keepdims=True)
+    h = ((g - mean) * jax.lax.rsqrt(var + 1e-5)).reshape(h.shape) * gamma
+    return h * jax.nn.sigmoid(h)
+''' + GEMM_INPUTS
+
+GEMM_AVG_POOL_MAX = '''import jax
+import jax.numpy as jnp
+
+
+def computation(x, w, b, gamma):
+    h = (x @ w + b) * gamma
+    h = jax.lax.reduce_window(h, 0.0, jax.lax.add, (1, 8), (1, 8), "VALID") / 8
+    return jnp.max(jnp.tanh(h), axis=1)
+''' + GEMM_INPUTS
+
+GEMM_BATCH_NORM_RELU = '''import jax
+import jax.numpy as jnp
+
+
+def computation(x, w, b, gamma):
+    h = x @ w + b
+    mean = jnp.mean(h, axis=0, keepdims=True)
+    var = jnp.mean(jnp.square(h - mean), axis=0, keepdims=True)
+    return jax.nn.relu((h - mean) * jax.lax.rsqrt(var + 1e-5) * gamma)
+''' + GEMM_INPUTS
+
+LINEAR_RECURRENCE = '''import jax
+import jax.numpy as jnp
+
+
+def _combine(left, right):
+    a1, x1 = left
+    a2, x2 = right
+    return a1 * a2, a2 * x1 + x2
+
+
+def computation(a, x):
+    return jax.lax.associative_scan(_combine, (a, x), axis=1)[1]
+
+
+def get_inputs():
+    k = jax.random.split(jax.random.PRNGKey(4), 2)
+    a = jax.nn.sigmoid(jax.random.normal(k[0], (8, 512, 256), jnp.float32))
+    return [a, jax.random.normal(k[1], (8, 512, 256), jnp.float32)], []
+'''
+
+CASES = {  # name: (reference, family, what its description says)
+    "gemm_group_norm_swish": (GEMM_GROUP_NORM_SWISH, "matmul", "epilogue"),
+    "gemm_avg_pool_max": (GEMM_AVG_POOL_MAX, "matmul", "epilogue with row reductions"),
+    "gemm_batch_norm_relu": (GEMM_BATCH_NORM_RELU, "matmul", "epilogue"),
+    "linear_recurrence": (LINEAR_RECURRENCE, "scan", "linear recurrence"),
+}
+
+
+def _task(root: Path, name: str, reference: str) -> Path:
+    path = root / name
+    path.mkdir()
+    (path / "reference.py").write_text(reference)
+    (path / "kernel_task.yaml").write_text(f"task_id: {name}\ndescription: {name.replace('_', ' ')}\n"
+                                           "atol: 3.0e-2\nrtol: 3.0e-2\n")
+    return path
+
+
+@pytest.mark.slow
+def test_each_family_without_a_suite_task_gets_an_ok_kernel(tmp_path: Path, settings: Settings) -> None:
+    tasks = [load_task(_task(tmp_path, name, reference)) for name, (reference, _, _) in CASES.items()]
+    readings = read_tasks(tasks, settings)  # one sandboxed child reads them all
+    specs = [analyse(readings[t.digest], V6E) for t in tasks]
+    assert [s.family for s in specs] == [family for _, family, _ in CASES.values()]
+    for spec, (_, _, said) in zip(specs, CASES.values(), strict=True):
+        assert said in spec.describe()
+    # The batch norm's statistics over rows are the tail, the rest of it stays in the kernel; nothing else has one.
+    assert [bool(getattr(s, "tail", ())) for s in specs] == [False, False, True, False]
+    assert not any(op.prim == "dot_general" for op in specs[2].tail)
+    requests, sources = [], []
+    for task, spec in zip(tasks, specs, strict=True):
+        kernel = tmp_path / f"{task.task_id}.py"
+        kernel.write_text(source(spec, choose(spec, V6E)[0]))
+        sources.append(kernel.read_text())
+        requests.append(EvalRequest(task.path, kernel, "v6e"))
+    # Group statistics and the pool's window sums are computed in the kernel as exact 0/1 matmuls over the groups.
+    assert ["_seg_sum(" in code for code in sources] == [True, True, False, False]
+    results = evaluate_many(requests, settings)
+    assert [r.verdict for r in results] == ["ok"] * len(CASES), [r.message for r in results]
