@@ -15,11 +15,16 @@ from agents.offline.expr import NotRecognised
 from agents.offline.params import choose
 from agents.offline.reading import read_tasks
 from storage.settings import Settings
+from tests.support.reference_tasks import reference_task
 from tpu_runner.evaluate import EvalRequest, evaluate_many
 from tpu_runner.hardware import get_chip
-from tpu_runner.tasks import load_task
+from tpu_runner.tasks import Task
 
 V6E = get_chip("v6e")
+
+
+def _task(root: Path, name: str, code: str) -> Task:
+    return reference_task(root, name, code, description="attention as public code writes it", atol=2.0e-3)
 
 # (batch, seq, heads, dim) as many models keep it; 2 K/V heads repeated to 8 query heads; bf16 softmax.
 BSHD_GQA = """import math
@@ -70,18 +75,9 @@ def get_inputs():
 """
 
 
-def _task(root: Path, name: str, code: str) -> Path:
-    path = root / name
-    path.mkdir()
-    (path / "reference.py").write_text(code)
-    (path / "kernel_task.yaml").write_text(f"task_id: {name}\ndescription: attention as public code writes it\n"
-                                           "atol: 2.0e-3\nrtol: 2.0e-2\n")
-    return path
-
-
 @pytest.mark.slow
 def test_public_attention_forms_get_ok_kernels_checked_across_blocks(tmp_path: Path, settings: Settings) -> None:
-    tasks = [load_task(_task(tmp_path, "bshd_gqa", BSHD_GQA)), load_task(_task(tmp_path, "biased", BIASED))]
+    tasks = [_task(tmp_path, "bshd_gqa", BSHD_GQA), _task(tmp_path, "biased", BIASED)]
     readings = read_tasks(tasks, settings)
     specs = [analyse(readings[t.digest], V6E) for t in tasks]
     gqa, biased = specs
@@ -105,13 +101,13 @@ def test_an_output_reshaped_after_the_second_matmul_keeps_its_shape(tmp_path: Pa
     merged = BSHD_GQA.replace('return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), v)',
                               'out = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), v)\n'
                               '    return out.reshape(out.shape[0], out.shape[1], -1)')
-    task = load_task(_task(tmp_path, "merged", merged))
+    task = _task(tmp_path, "merged", merged)
     spec = analyse(read_tasks([task], settings)[task.digest], V6E)
     assert spec.out_order == ("b", "s", "h", "d") and spec.out_dims == (("b",), ("s",), ("h", "d"))
 
 
 def test_values_scaled_inside_the_reference_are_refused(tmp_path: Path, settings: Settings) -> None:
     scaled = BSHD_GQA.replace("v = jnp.repeat(v, group, axis=2)", "v = jnp.repeat(v, group, axis=2) * 2.0")
-    task = load_task(_task(tmp_path, "scaled", scaled))
+    task = _task(tmp_path, "scaled", scaled)
     with pytest.raises(NotRecognised, match="scales its values"):
         analyse(read_tasks([task], settings)[task.digest], V6E)

@@ -14,11 +14,16 @@ from agents.offline.expr import NotRecognised
 from agents.offline.params import choose
 from agents.offline.reading import read_task, read_tasks
 from storage.settings import Settings
+from tests.support.reference_tasks import reference_task
 from tpu_runner.evaluate import EvalRequest, evaluate_many
 from tpu_runner.hardware import get_chip
-from tpu_runner.tasks import load_task
+from tpu_runner.tasks import Task
 
 V6E = get_chip("v6e")
+
+
+def _task(root: Path, name: str, reference: str) -> Task:
+    return reference_task(root, name, reference, description="a convolution")
 
 CONV2D_INSTANCE_NORM = '''import jax
 import jax.numpy as jnp
@@ -90,20 +95,11 @@ def get_inputs():
 '''
 
 
-def _task(root: Path, name: str, reference: str) -> Path:
-    path = root / name
-    path.mkdir()
-    (path / "reference.py").write_text(reference)
-    (path / "kernel_task.yaml").write_text(f"task_id: {name}\ndescription: a convolution\natol: 2.0e-2\n"
-                                           "rtol: 2.0e-2\n")
-    return path
-
-
 @pytest.mark.slow
 def test_convolutions_get_ok_kernels(tmp_path: Path, settings: Settings) -> None:
-    tasks = [load_task(_task(tmp_path, "conv2d_instance_norm", CONV2D_INSTANCE_NORM)),
-             load_task(_task(tmp_path, "conv3d_gelu_pool", CONV3D_GELU_POOL)),
-             load_task(_task(tmp_path, "conv2d_mish_wide_rows", CONV2D_MISH_WIDE_ROWS))]
+    tasks = [_task(tmp_path, "conv2d_instance_norm", CONV2D_INSTANCE_NORM),
+             _task(tmp_path, "conv3d_gelu_pool", CONV3D_GELU_POOL),
+             _task(tmp_path, "conv2d_mish_wide_rows", CONV2D_MISH_WIDE_ROWS)]
     readings = read_tasks(tasks, settings)
     specs = [analyse(readings[t.digest], V6E) for t in tasks]
     assert [s.family for s in specs] == ["convolution"] * 3
@@ -121,6 +117,6 @@ def test_convolutions_get_ok_kernels(tmp_path: Path, settings: Settings) -> None
 
 
 def test_a_padded_convolution_is_refused_with_the_reason(tmp_path: Path, settings: Settings) -> None:
-    task = load_task(_task(tmp_path, "padded", PADDED_CONV))
+    task = _task(tmp_path, "padded", PADDED_CONV)
     with pytest.raises(NotRecognised, match="VALID"):
         analyse(read_task(task, settings), V6E)

@@ -14,9 +14,9 @@ from agents.offline.emit import source
 from agents.offline.params import choose
 from agents.offline.reading import read_tasks
 from storage.settings import Settings
+from tests.support.reference_tasks import reference_task
 from tpu_runner.evaluate import EvalRequest, evaluate_many
 from tpu_runner.hardware import get_chip
-from tpu_runner.tasks import load_task
 
 V6E = get_chip("v6e")
 
@@ -93,18 +93,10 @@ CASES = {  # name: (reference, family, what its description says)
 }
 
 
-def _task(root: Path, name: str, reference: str) -> Path:
-    path = root / name
-    path.mkdir()
-    (path / "reference.py").write_text(reference)
-    (path / "kernel_task.yaml").write_text(f"task_id: {name}\ndescription: {name.replace('_', ' ')}\n"
-                                           "atol: 3.0e-2\nrtol: 3.0e-2\n")
-    return path
-
-
 @pytest.mark.slow
 def test_each_family_without_a_suite_task_gets_an_ok_kernel(tmp_path: Path, settings: Settings) -> None:
-    tasks = [load_task(_task(tmp_path, name, reference)) for name, (reference, _, _) in CASES.items()]
+    tasks = [reference_task(tmp_path, name, reference, description=name.replace("_", " "), atol=3.0e-2, rtol=3.0e-2)
+             for name, (reference, _, _) in CASES.items()]
     readings = read_tasks(tasks, settings)  # one sandboxed child reads them all
     specs = [analyse(readings[t.digest], V6E) for t in tasks]
     assert [s.family for s in specs] == [family for _, family, _ in CASES.values()]
