@@ -1,5 +1,6 @@
 """Attention as public code writes it: heads after the sequence, K/V heads repeated with jnp.repeat, a learned
-score bias, a causal mask built for a static length and cut to the inputs, and no get_test_inputs(). Each is
+score bias, a causal mask built for a static length and cut to the inputs, MLA's one latent K/V head without a
+head axis and values narrower than keys, and no get_test_inputs(). Each is
 recognised by its structure, confirmed by its numbers, and gets a kernel the evaluator calls ok after checking
 it across several blocks."""
 
@@ -25,6 +26,7 @@ V6E = get_chip("v6e")
 
 def _task(root: Path, name: str, code: str) -> Task:
     return reference_task(root, name, code, description="attention as public code writes it", atol=2.0e-3)
+
 
 # (batch, seq, heads, dim) as many models keep it; 2 K/V heads repeated to 8 query heads; bf16 softmax.
 BSHD_GQA = """import math
@@ -74,13 +76,34 @@ def get_inputs():
     return [q, k, v, bias], [2048]
 """
 
+# MLA with its up-projections absorbed: one latent key/value head without a head axis, shared by every query head;
+# keys 192 wide (no-position and rotary parts), values 128.
+MLA_ABSORBED = """import jax
+import jax.numpy as jnp
+
+
+def computation(q, k, v):
+    s = jnp.einsum("bhqd,bkd->bhqk", q, k) * (1.0 / 192 ** 0.5)
+    return jnp.einsum("bhqk,bkd->bhqd", jax.nn.softmax(s, axis=-1), v)
+
+
+def get_inputs():
+    kq, kk, kv = jax.random.split(jax.random.PRNGKey(0), 3)
+    q = jax.random.normal(kq, (2, 8, 2048, 192), dtype=jnp.bfloat16)
+    k = jax.random.normal(kk, (2, 2048, 192), dtype=jnp.bfloat16)
+    v = jax.random.normal(kv, (2, 2048, 128), dtype=jnp.bfloat16)
+    return [q, k, v], []
+"""
+
 
 @pytest.mark.slow
 def test_public_attention_forms_get_ok_kernels_checked_across_blocks(tmp_path: Path, settings: Settings) -> None:
-    tasks = [_task(tmp_path, "bshd_gqa", BSHD_GQA), _task(tmp_path, "biased", BIASED)]
+    tasks = [_task(tmp_path, "bshd_gqa", BSHD_GQA), _task(tmp_path, "biased", BIASED),
+             _task(tmp_path, "mla_absorbed", MLA_ABSORBED)]
     readings = read_tasks(tasks, settings)
     specs = [analyse(readings[t.digest], V6E) for t in tasks]
-    gqa, biased = specs
+    gqa, biased, mla = specs
+    assert (mla.heads, mla.kv_heads, mla.head_dim, mla.v_dim) == (8, 1, 192, 128) and not mla.causal
     assert gqa.q_order == ("b", "s", "h", "d") and (gqa.heads, gqa.kv_heads) == (8, 2) and gqa.causal
     assert biased.bias == 3 and biased.bias_order == ("h", "q", "k") and biased.causal
     assert [op.kind for op in biased.score_ops] == ["scale", "bias", "causal"]  # in the reference's order
