@@ -30,6 +30,9 @@ VARIABLES: tuple[Variable, ...] = (
              "a TOML file of these settings (`NAME = \"value\"` lines); the environment wins over it"),
     Variable("KERNELBOT_HOME", "the platform's per-user data dir (`~/.local/share/kernelbot`)",
              "all state: artifacts, caches, logs, pasted tasks, the SQLite database"),
+    Variable("KERNELBOT_CACHE_DIR", "`$KERNELBOT_HOME/cache`",
+             "the references' outputs, programs and compiler figures, kept per task version; runners on one host "
+             "may share it"),
     Variable("KERNELBOT_TARGET", "`v6e`", "default TPU target: " + ", ".join(TARGETS)),
     Variable("KERNELBOT_EVAL_WORKERS", "`2`", "parallel evaluations"),
     Variable("KERNELBOT_EVAL_TIMEOUT", "`300`", "wall-clock seconds per evaluation"),
@@ -170,6 +173,7 @@ class Settings:
     log_level: str | None = None  # KERNELBOT_LOG_LEVEL; None: the entry point's own default
     log_format: str = "text"  # KERNELBOT_LOG_FORMAT
     config_file: Path | None = None  # the file the settings came from, besides the environment
+    cache_root: Path | None = None  # KERNELBOT_CACHE_DIR; None means `cache` in the data directory
 
     @property
     def database(self) -> str:
@@ -181,7 +185,7 @@ class Settings:
 
     @property
     def cache_dir(self) -> Path:
-        return self.home / "cache"
+        return self.cache_root or self.home / "cache"
 
     @property
     def logs_dir(self) -> Path:
@@ -285,4 +289,5 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
                           "", ("debug", "info", "warning", "error", "")) or None,
         log_format=_choice(env, "KERNELBOT_LOG_FORMAT", "text", ("text", "json")),
         config_file=config_file,
+        cache_root=Path(env["KERNELBOT_CACHE_DIR"]).expanduser() if env.get("KERNELBOT_CACHE_DIR") else None,
     )

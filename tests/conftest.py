@@ -18,14 +18,32 @@ CORPUS = Path(__file__).resolve().parent / "corpus"
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One reference cache for the whole run, as the runners of one host share one: both xdist workers and the
+    commands the tests start (they inherit the environment) run each task's reference once. Tests that need a
+    cold cache build their settings from a home of their own."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers' common directory
+    cache = root / "shared-cache"
+    cache.mkdir(exist_ok=True)
+    before = os.environ.get("KERNELBOT_CACHE_DIR")
+    os.environ["KERNELBOT_CACHE_DIR"] = str(cache)
+    yield cache
+    if before is None:
+        os.environ.pop("KERNELBOT_CACHE_DIR", None)
+    else:
+        os.environ["KERNELBOT_CACHE_DIR"] = before
+
+
 @pytest.fixture(scope="session")
 def kernelbot_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("kernelbot-home")
 
 
 @pytest.fixture(scope="session")
-def settings(kernelbot_home: Path) -> Settings:
-    return load_settings({"KERNELBOT_HOME": str(kernelbot_home)})
+def settings(kernelbot_home: Path, shared_cache: Path) -> Settings:
+    return load_settings({"KERNELBOT_HOME": str(kernelbot_home), "KERNELBOT_CACHE_DIR": str(shared_cache)})
 
 
 @pytest.fixture(scope="session")

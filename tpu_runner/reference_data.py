@@ -177,7 +177,9 @@ class ReferenceStore:
                                 if name:
                                     for part in (name, name.replace(".npz", ".json")):
                                         shutil.move(scratch / "out" / part, root / part)
-                        (root / f"{job.key}.json").write_text(json.dumps(files))
+                        tmp = root / f"{job.key}.{uuid.uuid4().hex[:6]}.tmp"  # whole, for other processes
+                        tmp.write_text(json.dumps(files))
+                        tmp.replace(root / f"{job.key}.json")
                 finally:
                     shutil.rmtree(scratch, ignore_errors=True)
         return self._found(jobs)

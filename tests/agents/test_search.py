@@ -32,13 +32,13 @@ SOFTMAX = load_task(TASKS / "softmax")
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def search_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
+def search_settings(request: pytest.FixtureRequest, tmp_path: Path, shared_cache: Path) -> Iterator[Settings]:
     for url in fresh_database_url(request.param, tmp_path):
         engine = make_engine(url)
         upgrade(engine)  # an operator's `kernelbot db upgrade`
         engine.dispose()
         yield load_settings({"KERNELBOT_HOME": str(tmp_path / "home"), "KERNELBOT_DATABASE_URL": url,
-                             "KERNELBOT_EVAL_WORKERS": "2"})
+                             "KERNELBOT_EVAL_WORKERS": "2", "KERNELBOT_CACHE_DIR": str(shared_cache)})
 
 
 def _start(engine: Engine, config: SearchConfig, seed: str | None = GOOD, brain: str | None = None) -> str:
@@ -72,8 +72,8 @@ def test_beam_search_evaluates_each_program_once_and_keeps_the_best(search_setti
 
 
 @pytest.mark.slow
-def test_a_search_resumes_after_its_runner_died_mid_job(tmp_path: Path) -> None:
-    settings = load_settings({"KERNELBOT_HOME": str(tmp_path / "home"),
+def test_a_search_resumes_after_its_runner_died_mid_job(tmp_path: Path, shared_cache: Path) -> None:
+    settings = load_settings({"KERNELBOT_HOME": str(tmp_path / "home"), "KERNELBOT_CACHE_DIR": str(shared_cache),
                               "KERNELBOT_DATABASE_URL": f"sqlite:///{tmp_path / 'kb.db'}"})
     engine = open_database(settings)
     session_id = _start(engine, SearchConfig("tune", budget=3, width=1))

@@ -36,6 +36,14 @@ def test_home_is_respected_and_derived_dirs_follow(tmp_path):
     assert sorted(p.name for p in (tmp_path / "kb").iterdir()) == ["artifacts", "cache", "logs"]
 
 
+def test_a_cache_directory_of_its_own_is_used_and_made(tmp_path):
+    settings = load_settings({"KERNELBOT_HOME": str(tmp_path / "kb"), "KERNELBOT_CACHE_DIR": str(tmp_path / "shared")})
+    assert settings.cache_dir == tmp_path / "shared"
+    settings.ensure_dirs()
+    assert (tmp_path / "shared").is_dir()
+    assert sorted(p.name for p in (tmp_path / "kb").iterdir()) == ["artifacts", "logs"]
+
+
 def test_home_expands_the_user(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path))
     assert load_settings({"KERNELBOT_HOME": "~/kb"}).home == tmp_path / "kb"
