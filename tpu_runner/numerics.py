@@ -146,7 +146,9 @@ def _apply(eqn: Any, args: list[Any], rule: Rule) -> list[Any]:
                 params[k] = _rewritten(v, rule)
             elif isinstance(v, tuple | list) and v and all(isinstance(x, jex_core.ClosedJaxpr) for x in v):
                 params[k] = type(v)(_rewritten(x, rule) for x in v)
-    out = eqn.primitive.bind(*args, **params)
+    # As jax's own interpreter binds: call-like primitives (custom_jvp_call, as jax.nn.relu is) rebuild their
+    # bound form (its `subfuns`) from the equation's params.
+    out = eqn.primitive.bind(*args, **eqn.primitive.get_bind_params(params))
     return list(out) if eqn.primitive.multiple_results else [out]
 
 
