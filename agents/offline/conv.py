@@ -79,6 +79,10 @@ class Conv:
     reduces: bool
     n_inputs: int
     n_static: int
+    # (lo, hi, interior) per spatial axis, applied in turn to the image before a VALID convolution: the
+    # reference's own padding and input (lhs) dilation, and any explicit zero pad it wrote.
+    x_pads: tuple[tuple[tuple[int, int, int], ...], ...] = ()
+    w_steps: tuple[tuple[str, tuple[int, ...]], ...] = ()  # ("rev", axes) / ("transpose", perm) on the kernel
 
     family = "convolution"
 
@@ -98,8 +102,9 @@ class Conv:
         what = {TILED: "an elementwise epilogue", POOL: "a global pool over the spatial axes",
                 PLANE: "per-plane statistics (a spatial normalisation)"}[self.mode]
         window = "x".join(map(str, self.window))
+        padded = f" (padded{' and dilated' if _dilates(self.x_pads) else ''} to this by XLA)" if self.x_pads else ""
         return (f"{self.rank}-D convolution {window} of {self.dtype}[{self.batch}, {self.c_in}, "
-                f"{', '.join(map(str, self.in_spatial))}] to {self.c_out} channels, then {what} "
+                f"{', '.join(map(str, self.in_spatial))}]{padded} to {self.c_out} channels, then {what} "
                 f"({len(self.ops)} ops) -> {self.output.dtype}{list(self.output.shape)}")
 
     def space(self) -> dict[str, tuple[Any, ...]]:
@@ -135,16 +140,12 @@ def _check_form(op: Op) -> int:
     if specs != (order, order, order):
         raise NotRecognised(f"{where} uses dimension numbers {specs}; the offline brain writes {names} layouts")
     checks = [("window_strides", _ints(p.get("window_strides", ())), (1,) * rank, "strides"),
-              ("lhs_dilation", _ints(p.get("lhs_dilation") or (1,) * rank), (1,) * rank, "input dilation"),
               ("rhs_dilation", _ints(p.get("rhs_dilation") or (1,) * rank), (1,) * rank, "kernel dilation")]
     for name, got, want, what in checks:
         if got != want:
             raise NotRecognised(f"{where} has {what} {list(got)} ({name}); the offline brain writes stride-1 "
-                                "convolutions without dilation")
-    padding = tuple(_ints(pair) for pair in p.get("padding", ()))
-    if any(pair != (0, 0) for pair in padding):
-        raise NotRecognised(f"{where} has padding {[list(q) for q in padding]}; the offline brain writes VALID "
-                            "(unpadded) convolutions")
+                                "convolutions without kernel dilation (padding and input dilation, as a "
+                                "transposed convolution has, it writes)")
     groups = (int(p.get("feature_group_count", 1)), int(p.get("batch_group_count", 1)))
     if groups != (1, 1):
         raise NotRecognised(f"{where} is grouped (feature_group_count {groups[0]}, batch_group_count "
@@ -152,17 +153,48 @@ def _check_form(op: Op) -> int:
     return rank
 
 
-def _source_input(program: Program, arg: Any, what: str) -> Value:
-    """The program input a convolution operand comes from, looking through dtype conversions."""
+def _conv_pad(op: Op, rank: int) -> tuple[tuple[int, int, int], ...]:
+    """The convolution's own padding and input dilation as one lax.pad of the image (dilation, then edges)."""
+    padding = tuple(_ints(pair) for pair in op.params.get("padding", ())) or ((0, 0),) * rank
+    dilation = _ints(op.params.get("lhs_dilation") or (1,) * rank)
+    return tuple((lo, hi, d - 1) for (lo, hi), d in zip(padding, dilation, strict=True))
+
+
+def _dilates(pads: tuple[tuple[tuple[int, int, int], ...], ...]) -> bool:
+    return any(interior for pad in pads for _, _, interior in pad)
+
+
+def _after_pads(spatial: tuple[int, ...], pads: tuple[tuple[tuple[int, int, int], ...], ...]) -> tuple[int, ...]:
+    for pad in pads:
+        spatial = tuple((s - 1) * (i + 1) + 1 + lo + hi for s, (lo, hi, i) in zip(spatial, pad, strict=True))
+    return spatial
+
+
+_LAYOUT_STEPS = {"rev": "dimensions", "transpose": "permutation"}  # kernel layout changes the wrapper repeats
+
+
+def _source_input(program: Program, arg: Any, what: str) -> tuple[Value, list[Op]]:
+    """The program input a convolution operand comes from and the ops between them (the operand's prologue):
+    dtype conversions; for the image, zero pads of its spatial axes; for the kernel, reversals and transposes
+    (a transposed convolution's flipped, in/out-swapped kernel)."""
+    prologue: list[Op] = []
     while isinstance(arg, Value):
         if any(arg.id == v.id for v in program.inputs):
-            return arg
+            return arg, prologue[::-1]
         producer = program.producer(arg)
-        if producer is None or producer.prim != "convert_element_type":
+        allowed = producer is not None and (
+            producer.prim == "convert_element_type"
+            or (what == "kernel" and producer.prim in _LAYOUT_STEPS)
+            or (what == "image" and producer.prim == "pad" and producer.args[1] == 0
+                and all(tuple(c) == (0, 0, 0) for c in producer.params["padding_config"][:2])))
+        if not allowed:
             prim = producer.prim if producer else "a constant"
             raise NotRecognised(f"the convolution's {what} is computed inside the reference ({prim}: a prologue, "
                                 "as a transposed convolution written over a zero-dilated input is); the offline "
-                                "brain fuses epilogues after a convolution of the inputs themselves")
+                                "brain fuses epilogues after a convolution of the inputs themselves (through "
+                                "zero padding of the image and reversed or transposed kernels)")
+        assert producer is not None
+        prologue.append(producer)
         arg = producer.args[0]
     raise NotRecognised(f"the convolution's {what} is a literal")
 
@@ -269,10 +301,11 @@ def recognise_conv(program: Program, output: Value) -> Conv | None:
                             "convolution with its epilogue")
     conv = convs[0]
     rank = _check_form(conv)
-    x_v = _source_input(program, conv.args[0], "image")
-    w_v = _source_input(program, conv.args[1], "kernel")
+    x_v, x_prologue = _source_input(program, conv.args[0], "image")
+    w_v, w_prologue = _source_input(program, conv.args[1], "kernel")
     index = program.ops.index(conv)
-    before = [op for op in program.ops[:index] if op.prim != "convert_element_type"]
+    prologue_ids = {op.out.id for op in x_prologue + w_prologue}
+    before = [op for op in program.ops[:index] if op.prim != "convert_element_type" and op.out.id not in prologue_ids]
     if before:
         raise NotRecognised(f"the reference computes {before[0].prim} before its convolution (a prologue); the "
                             "offline brain fuses epilogues after a convolution of the inputs")
@@ -283,10 +316,11 @@ def recognise_conv(program: Program, output: Value) -> Conv | None:
     ops = program.ops[index + 1:]
     main = conv.out.shape
     conv_inputs = {x_v.id, w_v.id}
+    feeds = {conv.out.id} | prologue_ids
     operands = []
     for i, value in enumerate(program.inputs):
         users = program.users(value)
-        if not users or (value.id in conv_inputs and all(u.prim in ("conv_general_dilated", "convert_element_type")
+        if not users or (value.id in conv_inputs and all(u.out.id in feeds or u.prim == "convert_element_type"
                                                          for u in users)):
             continue
         kind = _input_kind(value, main, users)
@@ -304,8 +338,16 @@ def recognise_conv(program: Program, output: Value) -> Conv | None:
     mode = _mode(ops, output, main)
     precision = conv.params.get("precision") or ()
     highest = any("HIGHEST" in str(p) for p in (precision if isinstance(precision, tuple) else (precision,)))
+    x_pads = tuple(tuple(tuple(int(n) for n in c) for c in op.params["padding_config"][2:])
+                   for op in x_prologue if op.prim == "pad")
+    x_pads = tuple(pad for pad in x_pads + (_conv_pad(conv, rank),) if any(any(c) for c in pad))
+    w_steps = tuple((op.prim, _ints(op.params[_LAYOUT_STEPS[op.prim]])) for op in w_prologue
+                    if op.prim in _LAYOUT_STEPS)
+    kernel = conv.args[1]
+    assert isinstance(kernel, Value)
     return Conv(x=program.inputs.index(x_v), w=program.inputs.index(w_v), rank=rank, batch=x_v.shape[0],
-                c_in=x_v.shape[1], c_out=w_v.shape[0], in_spatial=x_v.shape[2:], window=w_v.shape[2:],
+                c_in=x_v.shape[1], c_out=kernel.shape[0], in_spatial=_after_pads(x_v.shape[2:], x_pads),
+                window=kernel.shape[2:], x_pads=x_pads, w_steps=w_steps,
                 dtype=x_v.dtype, w_dtype=w_v.dtype, highest=highest, conv_out=conv.out, operands=tuple(operands),
                 ops=tuple(ops), output=output, mode=mode, reduces=mode != TILED, n_inputs=len(program.inputs),
                 n_static=len(program.static))
@@ -657,7 +699,7 @@ def _kernel({", ".join(refs)}, {", ".join(scratch_names)}, *, offsets, c_in, chu
 
 def computation({", ".join([f"a{i}" for i in range(spec.n_inputs)] + [f"s{i}" for i in range(spec.n_static)])}):
     x, w = a{spec.x}, a{spec.w}
-    batch, c_in = x.shape[:2]
+{_prologue_text(spec)}    batch, c_in = x.shape[:2]
     c_out = w.shape[0]
     in_spatial, window = x.shape[2:], w.shape[2:]
     out_spatial = tuple(s - k + 1 for s, k in zip(in_spatial, window))
@@ -700,6 +742,17 @@ def computation({", ".join([f"a{i}" for i in range(spec.n_inputs)] + [f"s{i}" fo
             + batch * c_out_p * {"p_pad" if full_out else "1"} * {itemsize(spec.output.dtype)}),
     )(xf, wt{operand_args}{mask_arg})
 {crop}'''
+
+
+def _prologue_text(spec: Conv) -> str:
+    """The reference's image padding / dilation and kernel layout steps, done by XLA before the kernel."""
+    lines = []
+    for pad in spec.x_pads:
+        widths = ((0, 0, 0), (0, 0, 0)) + pad
+        lines.append(f"    x = lax.pad(x, jnp.zeros((), x.dtype), {widths})  # the reference's padding / dilation")
+    for prim, arg in spec.w_steps:
+        lines.append(f"    w = lax.rev(w, {arg})" if prim == "rev" else f"    w = jnp.transpose(w, {arg})")
+    return "".join(line + "\n" for line in lines)
 
 
 def _out_shape_expr(spec: Conv) -> str:

@@ -1,5 +1,6 @@
-"""The offline brain's convolution family on its own tasks: an ok kernel for a 2-D convolution with an instance
-norm after it and a 3-D one with a global pool, each checked and timed by the real evaluator on libtpu."""
+"""The offline brain's convolution family on its own tasks: an ok kernel for a padded 2-D convolution with an
+instance norm after it, a 3-D one with a global pool, one writing rows a lane tile wide and a transposed one
+(input dilation, flipped and swapped kernel), each checked and timed by the real evaluator on libtpu."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ import jax.numpy as jnp
 
 
 def computation(x, w, b, gamma, beta):
-    y = jax.lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    # PyTorch's Conv2d(padding=1), as a port writes it
+    y = jax.lax.conv_general_dilated(x, w, (1, 1), ((1, 1), (1, 1)), dimension_numbers=("NCHW", "OIHW", "NCHW"))
     y = y + b[None, :, None, None]
     mean = jnp.mean(y, axis=(2, 3), keepdims=True)
     var = jnp.mean(jnp.square(y - mean), axis=(2, 3), keepdims=True)
@@ -82,12 +84,31 @@ def get_inputs():
     return [x, w, (0.1 * jax.random.normal(k[2], (16,))).astype(jnp.bfloat16)], []
 '''
 
-PADDED_CONV = '''import jax
+# PyTorch's ConvTranspose2d(16, 24, 4, stride=2, padding=1) + bias + ReLU: lax.conv_transpose dilates the input
+# and flips the kernel (its weights in PyTorch's (in, out, kH, kW) layout).
+CONV_TRANSPOSE_RELU = '''import jax
+import jax.numpy as jnp
+
+
+def computation(x, w, b):
+    y = jax.lax.conv_transpose(x, w, (2, 2), ((2, 2), (2, 2)), dimension_numbers=("NCHW", "OIHW", "NCHW"),
+                               transpose_kernel=True)
+    return jax.nn.relu(y + b[None, :, None, None])
+
+
+def get_inputs():
+    k = jax.random.split(jax.random.PRNGKey(3), 3)
+    x = jax.random.normal(k[0], (2, 16, 12, 12), jnp.float32)
+    w = jax.random.normal(k[1], (16, 24, 4, 4), jnp.float32) / 8.0
+    return [x, w, 0.1 * jax.random.normal(k[2], (24,), jnp.float32)], []
+'''
+
+STRIDED_CONV = '''import jax
 import jax.numpy as jnp
 
 
 def computation(x, w):
-    return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    return jax.lax.conv_general_dilated(x, w, (2, 2), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW"))
 
 
 def get_inputs():
@@ -99,12 +120,15 @@ def get_inputs():
 def test_convolutions_get_ok_kernels(tmp_path: Path, settings: Settings) -> None:
     tasks = [_task(tmp_path, "conv2d_instance_norm", CONV2D_INSTANCE_NORM),
              _task(tmp_path, "conv3d_gelu_pool", CONV3D_GELU_POOL),
-             _task(tmp_path, "conv2d_mish_wide_rows", CONV2D_MISH_WIDE_ROWS)]
+             _task(tmp_path, "conv2d_mish_wide_rows", CONV2D_MISH_WIDE_ROWS),
+             _task(tmp_path, "conv_transpose_relu", CONV_TRANSPOSE_RELU)]
     readings = read_tasks(tasks, settings)
     specs = [analyse(readings[t.digest], V6E) for t in tasks]
-    assert [s.family for s in specs] == ["convolution"] * 3
-    assert [writes_planes(s) for s in specs] == [False, False, True]
+    assert [s.family for s in specs] == ["convolution"] * 4
+    assert [writes_planes(s) for s in specs] == [False, False, True, False]
     assert "per-plane statistics" in specs[0].describe() and "global pool" in specs[1].describe()
+    assert "padded to this" in specs[0].describe() and "padded and dilated" in specs[3].describe()
+    assert specs[3].in_spatial == (12 * 2 - 1 + 2 * 2,) * 2 and specs[3].c_out == 24  # the dilated, padded image
     plan = choose(specs[1], V6E)[1]
     assert any("rounded to bf16 for the MXU with f32 accumulation" in line for line in plan)  # XLA's default
     requests = []
@@ -113,10 +137,11 @@ def test_convolutions_get_ok_kernels(tmp_path: Path, settings: Settings) -> None
         kernel.write_text(source(spec, choose(spec, V6E)[0]))
         requests.append(EvalRequest(task.path, kernel, "v6e"))
     results = evaluate_many(requests, settings)
-    assert [r.verdict for r in results] == ["ok"] * 3, [r.message for r in results]
+    messages = [getattr(r, "message", repr(r)) for r in results]
+    assert [getattr(r, "verdict", None) for r in results] == ["ok"] * 4, messages
 
 
-def test_a_padded_convolution_is_refused_with_the_reason(tmp_path: Path, settings: Settings) -> None:
-    task = _task(tmp_path, "padded", PADDED_CONV)
-    with pytest.raises(NotRecognised, match="VALID"):
+def test_a_strided_convolution_is_refused_with_the_reason(tmp_path: Path, settings: Settings) -> None:
+    task = _task(tmp_path, "strided", STRIDED_CONV)
+    with pytest.raises(NotRecognised, match="stride-1"):
         analyse(read_task(task, settings), V6E)
