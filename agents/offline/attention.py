@@ -29,6 +29,7 @@ import numpy as np
 
 from agents.offline.expr import NotRecognised
 from agents.offline.kernel_family import floor_in
+from agents.offline.positions import causal_mismatch, kept_by_additive, position_value
 from agents.offline.program import Op, Program, Value, itemsize
 from tpu_runner.hardware import ChipSpec
 
@@ -190,8 +191,34 @@ def _forward(op: Op, labels: list[Labels]) -> list[Labels]:
     return out
 
 
-def _scalar(arg: Any) -> float | None:
-    return float(arg) if isinstance(arg, int | float) and not isinstance(arg, bool) else None
+_FOLDED = {"sqrt": math.sqrt, "rsqrt": lambda a: 1.0 / math.sqrt(a), "neg": lambda a: -a, "exp": math.exp,
+           "log": math.log, "mul": lambda a, b: a * b, "div": lambda a, b: a / b, "add": lambda a, b: a + b,
+           "sub": lambda a, b: a - b, "max": max, "min": min, "pow": lambda a, b: a ** b}
+_UNIFORM = ("convert_element_type", "broadcast_in_dim", "reshape")  # a constant stays one value through these
+
+
+def _scalar(arg: Any, program: Program | None = None, depth: int = 0) -> float | None:
+    """The one value of a constant operand: a literal, or (with the program) a scalar expression of literals
+    the reference computes, such as 1 / jnp.sqrt(head_dim), broadcast or converted on the way."""
+    if isinstance(arg, int | float) and not isinstance(arg, bool):
+        return float(arg)
+    if program is None or not isinstance(arg, Value) or depth > 8:
+        return None
+    producer = program.producer(arg)
+    if producer is None:
+        return None
+    args = [_scalar(a, program, depth + 1) for a in producer.args]
+    if any(a is None for a in args):
+        return None
+    if producer.prim in _UNIFORM and len(args) == 1:
+        return args[0]
+    if producer.prim == "integer_pow":
+        return args[0] ** int(producer.params["y"])  # type: ignore[operator]
+    fold = _FOLDED.get(producer.prim)
+    try:
+        return float(fold(*args)) if fold is not None else None
+    except (ValueError, ZeroDivisionError, OverflowError, TypeError):
+        return None
 
 
 def _trace_back(program: Program, arg: Any, labels: list[Labels], what: str) -> tuple[Value, list[Labels], float]:
@@ -205,7 +232,7 @@ def _trace_back(program: Program, arg: Any, labels: list[Labels], what: str) -> 
         if producer is None or producer.prim not in through:
             break
         if producer.prim in ("mul", "div"):
-            constants = [_scalar(a) for a in producer.args]
+            constants = [_scalar(a, program) for a in producer.args]
             if producer.prim == "mul" and len(producer.args) == 2 and constants.count(None) == 1:
                 scale *= next(c for c in constants if c is not None)
                 labels = _back(producer, labels)
@@ -293,6 +320,17 @@ def final_shape(dims: tuple[tuple[str, ...], ...], sizes: dict[str, int]) -> tup
     return tuple(math.prod(sizes[r] for r in roles) for roles in dims)
 
 
+def _check_causal(kept: np.ndarray | None, score_shape: tuple[int, ...], score_labels: list[Labels]) -> None:
+    """NotRecognised when a mask made from positions keeps other keys than the causal mask does, at the
+    production lengths (a mask the program hides from numpy is left to the numbers check on small inputs)."""
+    if kept is None or ("Q",) not in score_labels or ("K",) not in score_labels:
+        return
+    mismatch = causal_mismatch(kept, score_shape, score_labels.index(("Q",)), score_labels.index(("K",)))
+    if mismatch is not None:
+        raise NotRecognised(f"attention masks its scores with {mismatch}; the offline brain writes causal masks "
+                            "(each query sees the keys at or before it) only")
+
+
 def _score_ops(program: Program, first: Op, reducer: Op, q_scale: float,
                score_labels: list[Labels]) -> tuple[tuple[ScoreOp, ...], int | None, tuple[str, ...]]:
     """What happens to the scores between the first dot and the softmax's max, in order; the bias input and its
@@ -310,8 +348,8 @@ def _score_ops(program: Program, first: Op, reducer: Op, q_scale: float,
             raise NotRecognised(f"attention's scores are reshaped ({op.prim}) before the softmax")
         if op.prim in _SAME:
             pass
-        elif op.prim in ("mul", "div") and len(others) == 1 and _scalar(others[0]) is not None:
-            c = _scalar(others[0])
+        elif op.prim in ("mul", "div") and len(others) == 1 and _scalar(others[0], program) is not None:
+            c = _scalar(others[0], program)
             assert c is not None
             if op.prim == "div" and op.args[0] is not main and not (isinstance(op.args[0], Value)
                                                                   and op.args[0].id == main.id):
@@ -320,9 +358,15 @@ def _score_ops(program: Program, first: Op, reducer: Op, q_scale: float,
         elif op.prim == "add" and len(others) == 1 and isinstance(others[0], Value):
             sources = _from_inputs(program, others[0])
             if not sources:
-                if not any(o.prim == "iota" for o in program.ops):
+                if not any(o.prim == "iota" for o in program.ops) and others[0].id not in program.consts:
                     raise NotRecognised("attention adds a constant array to its scores")
-                ops.append(ScoreOp("causal"))  # an additive mask built from positions (checked by the numbers)
+                value = position_value(program, others[0])
+                kept = kept_by_additive(value) if value is not None else None
+                if value is not None and kept is None:
+                    raise NotRecognised("attention adds position-dependent values to its scores (a bias made from "
+                                        "positions, not a mask); the offline brain writes causal masks")
+                _check_causal(kept, main.shape, score_labels)
+                ops.append(ScoreOp("causal"))  # an additive mask built from positions
             elif bias is not None or len(sources) != 1:
                 raise NotRecognised("attention adds more than one input to its scores")
             else:
@@ -333,6 +377,7 @@ def _score_ops(program: Program, first: Op, reducer: Op, q_scale: float,
             if _from_inputs(program, op.args[0]) or _from_inputs(program, op.args[1]):
                 raise NotRecognised("attention masks its scores with an input mask; the offline brain writes "
                                     "causal masks (built from positions) only")
+            _check_causal(position_value(program, op.args[0]), main.shape, score_labels)
             ops.append(ScoreOp("causal"))
         else:
             raise NotRecognised(f"attention's scores go through {op.prim} before the softmax, which the offline "

@@ -38,7 +38,7 @@ from tpu_runner.tasks import (
     load_task,
 )
 
-READING_VERSION = "2"
+READING_VERSION = "3"
 
 
 class Opaque:

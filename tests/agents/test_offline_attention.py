@@ -134,3 +134,22 @@ def test_values_scaled_inside_the_reference_are_refused(tmp_path: Path, settings
     task = _task(tmp_path, "scaled", scaled)
     with pytest.raises(NotRecognised, match="scales its values"):
         analyse(read_tasks([task], settings)[task.digest], V6E)
+
+
+def test_masks_are_judged_by_what_they_keep_at_the_production_lengths(tmp_path: Path, settings: Settings) -> None:
+    """A sliding window looks causal on inputs shorter than itself; a bias made from positions is no mask. Both
+    are refused with what they are, while a scale the reference computes (1 / jnp.sqrt(d)) is folded."""
+    tril = "jnp.tril(jnp.ones((q.shape[1], k.shape[1]), dtype=jnp.bool_))"
+    window = BSHD_GQA.replace(f"causal = {tril}", f"causal = {tril} & ~jnp.tril(jnp.ones_like({tril}), -512)")
+    alibi = BSHD_GQA.replace("s = jnp.where(causal, s, jnp.finfo(s.dtype).min)",
+                             "s = s + 0.01 * (jnp.arange(k.shape[1])[None, :] - jnp.arange(q.shape[1])[:, None])")
+    sqrt_scale = BSHD_GQA.replace("/ math.sqrt(q.shape[-1])", "/ jnp.sqrt(jnp.float32(q.shape[-1]))")
+    tasks = [_task(tmp_path, n, c) for n, c in (("window", window), ("alibi", alibi), ("sqrt_scale", sqrt_scale))]
+    readings = read_tasks(tasks, settings)
+    with pytest.raises(NotRecognised, match="a sliding window of 512 keys"):
+        analyse(readings[tasks[0].digest], V6E)
+    with pytest.raises(NotRecognised, match="position-dependent values"):
+        analyse(readings[tasks[1].digest], V6E)
+    spec = analyse(readings[tasks[2].digest], V6E)
+    assert spec.causal and spec.score_ops[0].kind == "scale"
+    assert abs(spec.score_ops[0].value - 128 ** -0.5) < 1e-6
