@@ -152,13 +152,18 @@ def _rowwise(program: Program, output: Value) -> Rowwise:
                    n_static=len(program.static))
 
 
-def _source_input(program: Program, arg: object) -> Value:
-    """The program input a matmul operand comes from, looking through dtype conversions."""
+def _source_input(program: Program, arg: object, *, transposable: bool = False
+                  ) -> tuple[Value, tuple[int, ...] | None, Op | None]:
+    """The program input a matmul operand comes from, looking through dtype conversions and, for the weight, one
+    transpose (`x @ w.T`, as PyTorch's Linear is written); with the transpose's permutation and op."""
+    permutation, transpose = None, None
     while isinstance(arg, Value):
         if any(arg.id == v.id for v in program.inputs):
-            return arg
+            return arg, permutation, transpose
         producer = program.producer(arg)
-        if producer is None or producer.prim != "convert_element_type":
+        if producer is not None and producer.prim == "transpose" and transposable and transpose is None:
+            permutation, transpose = tuple(int(a) for a in producer.params["permutation"]), producer
+        elif producer is None or producer.prim != "convert_element_type":
             break
         arg = producer.args[0]
     raise NotRecognised("a matmul operand is computed inside the reference (a prologue); the offline brain fuses "
@@ -166,9 +171,12 @@ def _source_input(program: Program, arg: object) -> Value:
 
 
 def _matmul(program: Program, dot: Op, output: Value) -> Matmul:
-    lhs_v, rhs_v = (_source_input(program, a) for a in dot.args)
+    lhs_v, _, _ = _source_input(program, dot.args[0])
+    rhs_v, permutation, transpose = _source_input(program, dot.args[1], transposable=True)
     (lc, rc), (lb, rb) = dot.params["dimension_numbers"]
     lc, rc, lb, rb = tuple(lc), tuple(rc), tuple(lb), tuple(rb)
+    if permutation is not None:  # the dot's axes of the transposed weight, as axes of the weight itself
+        rc, rb = tuple(permutation[a] for a in rc), tuple(permutation[a] for a in rb)
     batched = bool(lb)
     if batched and not (lb == (0,) and rb == (0,) and len(lhs_v.shape) == 3 and len(rhs_v.shape) == 3):
         raise NotRecognised("a batched matmul whose batch axis is not the leading one of 3-D operands")
@@ -187,7 +195,7 @@ def _matmul(program: Program, dot: Op, output: Value) -> Matmul:
     m = lhs_v.shape[1] if batched else lhs_v.size // k
     main = dot.out.shape
     dot_index = program.ops.index(dot)
-    before = program.ops[:dot_index]
+    before = [op for op in program.ops[:dot_index] if op is not transpose]
     if any(op.prim != "convert_element_type" for op in before):
         raise NotRecognised(f"the reference computes {before[0].prim} before its matmul (a prologue)")
     epilogue = program.ops[dot_index + 1:]
@@ -197,7 +205,7 @@ def _matmul(program: Program, dot: Op, output: Value) -> Matmul:
         raise NotRecognised("an integer matmul")
     inputs_of_dot = {lhs_v.id, rhs_v.id}
     skip = {v.id for v in program.inputs
-            if v.id in inputs_of_dot and all(u.prim in ("dot_general", "convert_element_type")
+            if v.id in inputs_of_dot and all(u.prim in ("dot_general", "convert_element_type") or u is transpose
                                              for u in program.users(v))}
     precision = dot.params.get("precision") or ()
     highest = any("HIGHEST" in str(p) for p in (precision if isinstance(precision, tuple) else (precision,)))

@@ -1,6 +1,7 @@
 """The offline brain's families that had no task of their own, each on one written here: a matmul followed by a
 group norm (group sums as exact 0/1 matmuls), by an average pool over groups of columns, by a batch norm over its
-rows (work no block holds, left to XLA as a tail), and the linear recurrence scan. Each gets an ok kernel from
+rows (work no block holds, left to XLA as a tail), an f32 Linear written `x @ w.T` with a ReLU, a sum and a
+log-sum-exp over the batch, and the linear recurrence scan. Each gets an ok kernel from
 the real evaluator on libtpu, checked on shapes that span several blocks."""
 
 from __future__ import annotations
@@ -65,6 +66,24 @@ def computation(x, w, b, gamma):
     return jax.nn.relu((h - mean) * jax.lax.rsqrt(var + 1e-5) * gamma)
 ''' + GEMM_INPUTS
 
+# PyTorch's Linear as JAX code writes it (the weight (out, in), transposed by .T), in f32: the dot runs as XLA runs
+# it on the TPU (bf16 operands), and jax.nn.relu is a custom_jvp call the reference's numerics run goes through.
+LINEAR_RELU_SUM_LOGSUMEXP = '''import jax
+import jax.numpy as jnp
+
+
+def computation(x, w, b):
+    y = jnp.sum(jax.nn.relu(x @ w.T + b), axis=1, keepdims=True)
+    return jax.nn.logsumexp(y, axis=0, keepdims=True)
+
+
+def get_inputs():
+    k = jax.random.split(jax.random.PRNGKey(5), 3)
+    x = jax.random.normal(k[0], (512, 256), jnp.float32)
+    w = jax.random.normal(k[1], (1024, 256), jnp.float32) / 16.0
+    return [x, w, 0.1 * jax.random.normal(k[2], (1024,), jnp.float32)], []
+'''
+
 LINEAR_RECURRENCE = '''import jax
 import jax.numpy as jnp
 
@@ -89,6 +108,7 @@ CASES = {  # name: (reference, family, what its description says)
     "gemm_group_norm_swish": (GEMM_GROUP_NORM_SWISH, "matmul", "epilogue"),
     "gemm_avg_pool_max": (GEMM_AVG_POOL_MAX, "matmul", "epilogue with row reductions"),
     "gemm_batch_norm_relu": (GEMM_BATCH_NORM_RELU, "matmul", "epilogue"),
+    "linear_relu_sum_logsumexp": (LINEAR_RELU_SUM_LOGSUMEXP, "matmul", "epilogue with row reductions"),
     "linear_recurrence": (LINEAR_RECURRENCE, "scan", "linear recurrence"),
 }
 
@@ -103,7 +123,8 @@ def test_each_family_without_a_suite_task_gets_an_ok_kernel(tmp_path: Path, sett
     for spec, (_, _, said) in zip(specs, CASES.values(), strict=True):
         assert said in spec.describe()
     # The batch norm's statistics over rows are the tail, the rest of it stays in the kernel; nothing else has one.
-    assert [bool(getattr(s, "tail", ())) for s in specs] == [False, False, True, False]
+    assert [bool(getattr(s, "tail", ())) for s in specs] == [False, False, True, True, False]
+    assert specs[3].rhs_transposed and specs[3].n == 1024  # the weight read as it is stored, (out, in)
     assert not any(op.prim == "dot_general" for op in specs[2].tail)
     requests, sources = [], []
     for task, spec in zip(tasks, specs, strict=True):
@@ -112,6 +133,7 @@ def test_each_family_without_a_suite_task_gets_an_ok_kernel(tmp_path: Path, sett
         sources.append(kernel.read_text())
         requests.append(EvalRequest(task.path, kernel, "v6e"))
     # Group statistics and the pool's window sums are computed in the kernel as exact 0/1 matmuls over the groups.
-    assert ["_seg_sum(" in code for code in sources] == [True, True, False, False]
+    assert ["_seg_sum(" in code for code in sources] == [True, True, False, False, False]
     results = evaluate_many(requests, settings)
-    assert [r.verdict for r in results] == ["ok"] * len(CASES), [r.message for r in results]
+    messages = [getattr(r, "message", repr(r)) for r in results]
+    assert [getattr(r, "verdict", None) for r in results] == ["ok"] * len(CASES), messages
