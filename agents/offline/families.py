@@ -34,10 +34,11 @@ from agents.offline.tail import TAIL_PRIMS, splits, tail_inputs
 
 # What the offline brain writes, in the words its refusals use (here and in agents.brains).
 FAMILIES = ("elementwise/broadcast chains, row reductions and normalisations over the last axis, a matmul or "
-            "batched matmul followed by such a chain (group sums, window pools and a tail of whole-array work "
-            "included), scaled dot-product attention (causal or not, grouped-query heads, a bias, any head layout), "
-            "2-D and 3-D VALID convolutions followed by such a chain, a global pool or a per-plane normalisation, "
-            "and scans (prefix sums, linear recurrences)")
+            "batched matmul (its weight transposed or not) followed by such a chain (group sums, window pools and a "
+            "tail of whole-array work, later matmuls included, left to XLA), scaled dot-product attention (causal "
+            "or not, grouped-query heads, a bias, any head layout), 2-D and 3-D stride-1 convolutions (padded, "
+            "input-dilated as a transposed one is) followed by such a chain, a global pool or a per-plane "
+            "normalisation, and scans (prefix sums, linear recurrences)")
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,10 @@ class Matmul:
         shape = f"{'batched ' if self.batched else ''}{self.m}x{self.k} @ {self.k}x{self.n}"
         epi = f" + {len(self.epilogue)}-op epilogue" + (" with row reductions" if self.reduces else "") \
             if self.epilogue else ""
-        return f"matmul {shape} ({self.lhs.value.dtype}){epi}"
+        later = sum(op.prim == "dot_general" for op in self.tail)
+        rest = f", then XLA's {later} later matmul{'s' if later > 1 else ''} and what follows" if later else \
+            (f", then {len(self.tail)} XLA ops on whole arrays" if self.tail else "")
+        return f"matmul {shape} ({self.lhs.value.dtype}){epi}{rest}"
 
 
 Spec = Rowwise | Matmul | Attention | FamilySpec
@@ -199,8 +203,6 @@ def _matmul(program: Program, dot: Op, output: Value) -> Matmul:
     if any(op.prim != "convert_element_type" for op in before):
         raise NotRecognised(f"the reference computes {before[0].prim} before its matmul (a prologue)")
     epilogue = program.ops[dot_index + 1:]
-    if any(op.prim == "dot_general" for op in epilogue):
-        raise NotRecognised("the reference has a second matmul after the first")
     if lhs_v.dtype not in FLOAT_DTYPES or rhs_v.dtype not in FLOAT_DTYPES:
         raise NotRecognised("an integer matmul")
     inputs_of_dot = {lhs_v.id, rhs_v.id}
@@ -213,6 +215,9 @@ def _matmul(program: Program, dot: Op, output: Value) -> Matmul:
     rhs = Operand(program.inputs.index(rhs_v), "rhs", rhs_v)
 
     def build(ops: list[Op], written: Value, tail: list[Op]) -> Matmul:
+        if any(op.prim == "dot_general" for op in ops):  # later matmuls are XLA's, in the tail
+            raise NotRecognised("the reference has a second matmul after the first, and no value before it that "
+                                "the kernel could write for XLA to finish from")
         operands = _operands(program, main, skip | tail_inputs(program, tail))
         seeded = {o.value.id: o.kind for o in operands} | {dot.out.id: FULL}
         _check_ops(ops, main, seeded)
@@ -250,9 +255,19 @@ def recognise(program: Program) -> Spec:
             return spec
     dots = [op for op in program.ops if op.prim == "dot_general"]
     if len(dots) == 2:
-        return recognise_attention(program, dots, output)
+        try:
+            return recognise_attention(program, dots, output)
+        except NotRecognised as not_attention:
+            try:  # the first matmul and its epilogue in the kernel, the second one XLA's (a tail)
+                return _matmul(program, dots[0], output)
+            except NotRecognised:
+                raise not_attention from None
     if len(dots) > 2:
-        raise NotRecognised(f"the reference has {len(dots)} matmuls; the offline brain writes {FAMILIES}")
+        try:
+            return _matmul(program, dots[0], output)
+        except NotRecognised as why:
+            raise NotRecognised(f"the reference has {len(dots)} matmuls ({why}); the offline brain writes "
+                                f"{FAMILIES}") from None
     if dots:
         return _matmul(program, dots[0], output)
     return _rowwise(program, output)

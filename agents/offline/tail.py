@@ -14,9 +14,11 @@ import math
 from agents.offline.expr import BINARY, FLOAT_DTYPES, REDUCE, UNARY, literal, unsupported
 from agents.offline.program import Arg, Op, Program, Value
 
-# What a tail may hold: layout, elementwise and reduction ops (no matmuls, gathers or loops).
+# What a tail may hold: layout, elementwise and reduction ops, and further matmuls (a gated MLP's second and
+# third: XLA runs them as the reference does); no gathers or loops.
 TAIL_PRIMS = frozenset({"broadcast_in_dim", "reshape", "squeeze", "expand_dims", "transpose", "convert_element_type",
-                        "integer_pow", "select_n", "clamp"}) | frozenset(UNARY) | frozenset(BINARY) | frozenset(REDUCE)
+                        "integer_pow", "select_n", "clamp", "dot_general"}) | frozenset(UNARY) | frozenset(BINARY) \
+    | frozenset(REDUCE)
 
 
 def tail_inputs(program: Program, tail: list[Op]) -> set[int]:
@@ -37,6 +39,24 @@ def splits(program: Program, ops: list[Op], output: Value) -> list[tuple[list[Op
         if read & made == {head[-1].out.id} and rest[-1].out.id == output.id:
             out.append((head, head[-1].out, rest))
     return out
+
+
+def _dimension_numbers(dims: object) -> str:
+    (lc, rc), (lb, rb) = dims  # type: ignore[misc]
+    return f"(({tuple(lc)}, {tuple(rc)}), ({tuple(lb)}, {tuple(rb)}))"
+
+
+def _precision(precision: object) -> str:
+    """The reference's precision as code (None, one Precision, or one per operand)."""
+    def one(p: object) -> str:
+        return "None" if p is None else f"lax.Precision.{str(p).rsplit('.', 1)[-1]}"
+    if isinstance(precision, tuple | list):
+        return "(" + ", ".join(one(p) for p in precision) + ")"
+    return one(precision)
+
+
+def _dtype_or_none(dtype: object) -> str:
+    return "None" if dtype is None else f"jnp.{dtype}"
 
 
 def tail_lines(tail: tuple[Op, ...], names: dict[int, str], sizes: dict[int, str]) -> tuple[list[str], str]:
@@ -85,6 +105,10 @@ def tail_lines(tail: tuple[Op, ...], names: dict[int, str], sizes: dict[int, str
             expr = f"jnp.where({x}, {ref(op.args[2])}, {ref(op.args[1])})"
         elif op.prim == "clamp":
             expr = f"jnp.clip({ref(op.args[1])}, {x}, {ref(op.args[2])})"
+        elif op.prim == "dot_general":
+            expr = (f"lax.dot_general({x}, {ref(op.args[1])}, {_dimension_numbers(p['dimension_numbers'])}, "
+                    f"precision={_precision(p.get('precision'))}, "
+                    f"preferred_element_type={_dtype_or_none(p.get('preferred_element_type'))})")
         elif op.prim in REDUCE:
             expr = f"{REDUCE[op.prim]}({x}, axis={tuple(p['axes'])})"
         else:

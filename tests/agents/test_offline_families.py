@@ -1,8 +1,8 @@
-"""The offline brain's families that had no task of their own, each on one written here: a matmul followed by a
-group norm (group sums as exact 0/1 matmuls), by an average pool over groups of columns, by a batch norm over its
-rows (work no block holds, left to XLA as a tail), an f32 Linear written `x @ w.T` with a ReLU, a sum and a
-log-sum-exp over the batch, and the linear recurrence scan. Each gets an ok kernel from
-the real evaluator on libtpu, checked on shapes that span several blocks."""
+"""The offline brain's families that had no task of their own, each on one written here: a matmul followed by a group
+norm (group sums as exact 0/1 matmuls), by an average pool over groups of columns, by a batch norm over its rows
+(work no block holds, left to XLA as a tail), an f32 Linear written `x @ w.T` with a ReLU, a sum and a log-sum-exp
+over the batch, a gated (SwiGLU) MLP whose later matmuls are XLA's, and the linear recurrence scan. Each gets an
+ok kernel from the real evaluator on libtpu, checked on shapes that span several blocks."""
 
 from __future__ import annotations
 
@@ -84,6 +84,21 @@ def get_inputs():
     return [x, w, 0.1 * jax.random.normal(k[2], (1024,), jnp.float32)], []
 '''
 
+SWIGLU_MLP = '''import jax
+import jax.numpy as jnp
+
+
+def computation(x, w_gate, w_up, w_down):
+    return (jax.nn.silu(x @ w_gate) * (x @ w_up)) @ w_down
+
+
+def get_inputs():
+    k = jax.random.split(jax.random.PRNGKey(6), 4)
+    x = jax.random.normal(k[0], (256, 256), jnp.bfloat16)
+    w_gate, w_up = ((jax.random.normal(key, (256, 512)) / 16.0).astype(jnp.bfloat16) for key in k[1:3])
+    return [x, w_gate, w_up, (jax.random.normal(k[3], (512, 256)) / 22.0).astype(jnp.bfloat16)], []
+'''
+
 LINEAR_RECURRENCE = '''import jax
 import jax.numpy as jnp
 
@@ -109,6 +124,7 @@ CASES = {  # name: (reference, family, what its description says)
     "gemm_avg_pool_max": (GEMM_AVG_POOL_MAX, "matmul", "epilogue with row reductions"),
     "gemm_batch_norm_relu": (GEMM_BATCH_NORM_RELU, "matmul", "epilogue"),
     "linear_relu_sum_logsumexp": (LINEAR_RELU_SUM_LOGSUMEXP, "matmul", "epilogue with row reductions"),
+    "swiglu_mlp": (SWIGLU_MLP, "matmul", "then XLA's 2 later matmuls"),
     "linear_recurrence": (LINEAR_RECURRENCE, "scan", "linear recurrence"),
 }
 
@@ -123,9 +139,10 @@ def test_each_family_without_a_suite_task_gets_an_ok_kernel(tmp_path: Path, sett
     for spec, (_, _, said) in zip(specs, CASES.values(), strict=True):
         assert said in spec.describe()
     # The batch norm's statistics over rows are the tail, the rest of it stays in the kernel; nothing else has one.
-    assert [bool(getattr(s, "tail", ())) for s in specs] == [False, False, True, True, False]
+    assert [bool(getattr(s, "tail", ())) for s in specs] == [False, False, True, True, True, False]
     assert specs[3].rhs_transposed and specs[3].n == 1024  # the weight read as it is stored, (out, in)
     assert not any(op.prim == "dot_general" for op in specs[2].tail)
+    assert sum(op.prim == "dot_general" for op in specs[4].tail) == 2  # the kernel writes silu(x @ w_gate)
     requests, sources = [], []
     for task, spec in zip(tasks, specs, strict=True):
         kernel = tmp_path / f"{task.task_id}.py"
@@ -133,7 +150,7 @@ def test_each_family_without_a_suite_task_gets_an_ok_kernel(tmp_path: Path, sett
         sources.append(kernel.read_text())
         requests.append(EvalRequest(task.path, kernel, "v6e"))
     # Group statistics and the pool's window sums are computed in the kernel as exact 0/1 matmuls over the groups.
-    assert ["_seg_sum(" in code for code in sources] == [True, True, False, False, False]
+    assert ["_seg_sum(" in code for code in sources] == [True, True, False, False, False, False]
     results = evaluate_many(requests, settings)
     messages = [getattr(r, "message", repr(r)) for r in results]
     assert [getattr(r, "verdict", None) for r in results] == ["ok"] * len(CASES), messages
