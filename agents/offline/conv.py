@@ -83,6 +83,9 @@ class Conv:
     # reference's own padding and input (lhs) dilation, and any explicit zero pad it wrote.
     x_pads: tuple[tuple[tuple[int, int, int], ...], ...] = ()
     w_steps: tuple[tuple[str, tuple[int, ...]], ...] = ()  # ("rev", axes) / ("transpose", perm) on the kernel
+    # The reference's strides; in_spatial, window and c_in are then those of the stride-1 convolution the kernel
+    # computes over the space-to-depth image (each phase of the stride a group of input channels).
+    strides: tuple[int, ...] = ()
 
     family = "convolution"
 
@@ -103,6 +106,9 @@ class Conv:
                 PLANE: "per-plane statistics (a spatial normalisation)"}[self.mode]
         window = "x".join(map(str, self.window))
         padded = f" (padded{' and dilated' if _dilates(self.x_pads) else ''} to this by XLA)" if self.x_pads else ""
+        if self.strides:
+            padded += (f" (stride {'x'.join(map(str, self.strides))}, as a stride-1 convolution of its space-to-depth "
+                       "image)")
         return (f"{self.rank}-D convolution {window} of {self.dtype}[{self.batch}, {self.c_in}, "
                 f"{', '.join(map(str, self.in_spatial))}]{padded} to {self.c_out} channels, then {what} "
                 f"({len(self.ops)} ops) -> {self.output.dtype}{list(self.output.shape)}")
@@ -139,13 +145,15 @@ def _check_form(op: Op) -> int:
     specs = tuple(_ints(d) for d in dims) if dims is not None else (order, order, order)
     if specs != (order, order, order):
         raise NotRecognised(f"{where} uses dimension numbers {specs}; the offline brain writes {names} layouts")
-    checks = [("window_strides", _ints(p.get("window_strides", ())), (1,) * rank, "strides"),
-              ("rhs_dilation", _ints(p.get("rhs_dilation") or (1,) * rank), (1,) * rank, "kernel dilation")]
-    for name, got, want, what in checks:
-        if got != want:
-            raise NotRecognised(f"{where} has {what} {list(got)} ({name}); the offline brain writes stride-1 "
-                                "convolutions without kernel dilation (padding and input dilation, as a "
-                                "transposed convolution has, it writes)")
+    rhs_dilation = _ints(p.get("rhs_dilation") or (1,) * rank)
+    if rhs_dilation != (1,) * rank:
+        raise NotRecognised(f"{where} has kernel dilation {list(rhs_dilation)} (rhs_dilation); the offline brain "
+                            "writes convolutions without kernel dilation (padding, strides and input dilation, as "
+                            "a transposed convolution has, it writes)")
+    strides = _ints(p.get("window_strides") or (1,) * rank)
+    if strides != (1,) * rank and _ints(p.get("lhs_dilation") or (1,) * rank) != (1,) * rank:
+        raise NotRecognised(f"{where} has both strides {list(strides)} and input dilation; the offline brain "
+                            "writes one or the other")
     groups = (int(p.get("feature_group_count", 1)), int(p.get("batch_group_count", 1)))
     if groups != (1, 1):
         raise NotRecognised(f"{where} is grouped (feature_group_count {groups[0]}, batch_group_count "
@@ -168,6 +176,41 @@ def _after_pads(spatial: tuple[int, ...], pads: tuple[tuple[tuple[int, int, int]
     for pad in pads:
         spatial = tuple((s - 1) * (i + 1) + 1 + lo + hi for s, (lo, hi, i) in zip(spatial, pad, strict=True))
     return spatial
+
+
+def _space_to_depth_view(c_in: int, spatial: tuple[int, ...], window: tuple[int, ...], strides: tuple[int, ...]
+                         ) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """The stride-1 convolution a strided one is over its space-to-depth image (see _SPACE_TO_DEPTH): channels,
+    image and window sizes."""
+    small = tuple(-(-k // s) for k, s in zip(window, strides, strict=True))
+    out = tuple((p - k) // s + 1 for p, k, s in zip(spatial, window, strides, strict=True))
+    return c_in * math.prod(strides), tuple(o - 1 + k for o, k in zip(out, small, strict=True)), small
+
+
+_SPACE_TO_DEPTH = '''
+
+def _space_to_depth(x, w, strides):
+    """A strided convolution as a stride-1 one: phase (a, b) of the stride becomes input channels of the image
+    (cropped or zero-padded to whole phases) and the kernel's taps (zero-padded to whole phases) split alike, so
+    y[o, i, j] = sum of w[o, c, s*i1 + a, ...] * x[c, s*(i + i1) + a, ...] is unchanged."""
+    n, c, o = x.shape[0], x.shape[1], w.shape[0]
+    rank = len(strides)
+    small = tuple(-(-k // s) for k, s in zip(w.shape[2:], strides))
+    out = tuple((p - k) // s + 1 for p, k, s in zip(x.shape[2:], w.shape[2:], strides))
+    size = tuple((q - 1 + k) * s for q, k, s in zip(out, small, strides))
+    zero = jnp.zeros((), x.dtype)
+    x = lax.pad(x, zero, ((0, 0, 0),) * 2 + tuple((0, t - p, 0) for t, p in zip(size, x.shape[2:])))
+    w = lax.pad(w, jnp.zeros((), w.dtype), ((0, 0, 0),) * 2
+                + tuple((0, k * s - kk, 0) for k, s, kk in zip(small, strides, w.shape[2:])))
+    perm = (0, 1) + tuple(3 + 2 * i for i in range(rank)) + tuple(2 + 2 * i for i in range(rank))
+    phases = math.prod(strides)
+    split = sum(((t // s, s) for t, s in zip(size, strides)), ())
+    image = tuple(t // s for t, s in zip(size, strides))
+    x = x.reshape((n, c) + split).transpose(perm).reshape((n, c * phases) + image)
+    taps = sum(((k, s) for k, s in zip(small, strides)), ())
+    w = w.reshape((o, c) + taps).transpose(perm).reshape((o, c * phases) + small)
+    return x, w
+'''
 
 
 _LAYOUT_STEPS = {"rev": "dimensions", "transpose": "permutation"}  # kernel layout changes the wrapper repeats
@@ -345,9 +388,13 @@ def recognise_conv(program: Program, output: Value) -> Conv | None:
                     if op.prim in _LAYOUT_STEPS)
     kernel = conv.args[1]
     assert isinstance(kernel, Value)
+    strides = _ints(conv.params.get("window_strides") or (1,) * rank)
+    c_in, in_spatial, window = x_v.shape[1], _after_pads(x_v.shape[2:], x_pads), kernel.shape[2:]
+    if strides != (1,) * rank:
+        c_in, in_spatial, window = _space_to_depth_view(c_in, in_spatial, window, strides)
     return Conv(x=program.inputs.index(x_v), w=program.inputs.index(w_v), rank=rank, batch=x_v.shape[0],
-                c_in=x_v.shape[1], c_out=kernel.shape[0], in_spatial=_after_pads(x_v.shape[2:], x_pads),
-                window=kernel.shape[2:], x_pads=x_pads, w_steps=w_steps,
+                c_in=c_in, c_out=kernel.shape[0], in_spatial=in_spatial, window=window, x_pads=x_pads,
+                w_steps=w_steps, strides=strides if strides != (1,) * rank else (),
                 dtype=x_v.dtype, w_dtype=w_v.dtype, highest=highest, conv_out=conv.out, operands=tuple(operands),
                 ops=tuple(ops), output=output, mode=mode, reduces=mode != TILED, n_inputs=len(program.inputs),
                 n_static=len(program.static))
@@ -638,7 +685,7 @@ def conv_source(spec: Conv, params: dict[str, Any], header: str, tunable_text: s
     imports = header.replace("import jax\n", "import functools\nimport itertools\nimport math\n\nimport jax\n", 1)
     return imports + tunable_text + f'''
 MODE = {spec.mode!r}  # {dict(tiled="no reduction", pool="a global pool", plane="plane statistics")[spec.mode]}
-{TO_HELPER}
+{TO_HELPER}{_SPACE_TO_DEPTH if spec.strides else ""}
 
 def _round_up(n, b):
     return -(-n // b) * b
@@ -752,6 +799,8 @@ def _prologue_text(spec: Conv) -> str:
         lines.append(f"    x = lax.pad(x, jnp.zeros((), x.dtype), {widths})  # the reference's padding / dilation")
     for prim, arg in spec.w_steps:
         lines.append(f"    w = lax.rev(w, {arg})" if prim == "rev" else f"    w = jnp.transpose(w, {arg})")
+    if spec.strides:
+        lines.append(f"    x, w = _space_to_depth(x, w, {spec.strides})  # the reference's strides")
     return "".join(line + "\n" for line in lines)
 
 

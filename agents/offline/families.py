@@ -36,7 +36,7 @@ from agents.offline.tail import TAIL_PRIMS, splits, tail_inputs
 FAMILIES = ("elementwise/broadcast chains, row reductions and normalisations over the last axis, a matmul or "
             "batched matmul (its weight transposed or not) followed by such a chain (group sums, window pools and a "
             "tail of whole-array work, later matmuls included, left to XLA), scaled dot-product attention (causal "
-            "or not, grouped-query heads, a bias, any head layout), 2-D and 3-D stride-1 convolutions (padded, "
+            "or not, grouped-query heads, a bias, any head layout), 2-D and 3-D convolutions (padded, strided, "
             "input-dilated as a transposed one is) followed by such a chain, a global pool or a per-plane "
             "normalisation, and scans (prefix sums, linear recurrences)")
 

@@ -1,6 +1,7 @@
 """The offline brain's convolution family on its own tasks: an ok kernel for a padded 2-D convolution with an
-instance norm after it, a 3-D one with a global pool, one writing rows a lane tile wide and a transposed one
-(input dilation, flipped and swapped kernel), each checked and timed by the real evaluator on libtpu."""
+instance norm after it, a 3-D one with a global pool, one writing rows a lane tile wide, a transposed one (input
+dilation, flipped and swapped kernel) and a strided one (a stride-1 convolution of its space-to-depth image), each
+checked and timed by the real evaluator on libtpu."""
 
 from __future__ import annotations
 
@@ -103,12 +104,29 @@ def get_inputs():
     return [x, w, 0.1 * jax.random.normal(k[2], (24,), jnp.float32)], []
 '''
 
-STRIDED_CONV = '''import jax
+# Stride 2 with padding 1 over an odd-sized image: the phases cut it unevenly, the kernel's 3 taps pad to 4.
+STRIDED_CONV_GELU = '''import jax
+import jax.numpy as jnp
+
+
+def computation(x, w, b):
+    y = jax.lax.conv_general_dilated(x, w, (2, 2), ((1, 1), (1, 1)), dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    return jax.nn.gelu(y + b[None, :, None, None])
+
+
+def get_inputs():
+    k = jax.random.split(jax.random.PRNGKey(4), 3)
+    return [jax.random.normal(k[0], (4, 16, 33, 40), jnp.float32), jax.random.normal(k[1], (32, 16, 3, 3)) / 12,
+            jax.random.normal(k[2], (32,))], []
+'''
+
+DILATED_KERNEL = '''import jax
 import jax.numpy as jnp
 
 
 def computation(x, w):
-    return jax.lax.conv_general_dilated(x, w, (2, 2), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    return jax.lax.conv_general_dilated(x, w, (1, 1), "VALID", rhs_dilation=(2, 2),
+                                        dimension_numbers=("NCHW", "OIHW", "NCHW"))
 
 
 def get_inputs():
@@ -121,14 +139,17 @@ def test_convolutions_get_ok_kernels(tmp_path: Path, settings: Settings) -> None
     tasks = [_task(tmp_path, "conv2d_instance_norm", CONV2D_INSTANCE_NORM),
              _task(tmp_path, "conv3d_gelu_pool", CONV3D_GELU_POOL),
              _task(tmp_path, "conv2d_mish_wide_rows", CONV2D_MISH_WIDE_ROWS),
-             _task(tmp_path, "conv_transpose_relu", CONV_TRANSPOSE_RELU)]
+             _task(tmp_path, "conv_transpose_relu", CONV_TRANSPOSE_RELU),
+             _task(tmp_path, "strided_conv_gelu", STRIDED_CONV_GELU)]
     readings = read_tasks(tasks, settings)
     specs = [analyse(readings[t.digest], V6E) for t in tasks]
-    assert [s.family for s in specs] == ["convolution"] * 4
-    assert [writes_planes(s) for s in specs] == [False, False, True, False]
+    assert [s.family for s in specs] == ["convolution"] * 5
+    assert [writes_planes(s) for s in specs] == [False, False, True, False, False]
     assert "per-plane statistics" in specs[0].describe() and "global pool" in specs[1].describe()
     assert "padded to this" in specs[0].describe() and "padded and dilated" in specs[3].describe()
     assert specs[3].in_spatial == (12 * 2 - 1 + 2 * 2,) * 2 and specs[3].c_out == 24  # the dilated, padded image
+    # 35 x 42 padded, 17 x 20 outputs: four phases of 16 channels, 2 x 2 taps, an 18 x 21 image
+    assert (specs[4].c_in, specs[4].window, specs[4].in_spatial) == (64, (2, 2), (18, 21))
     plan = choose(specs[1], V6E)[1]
     assert any("rounded to bf16 for the MXU with f32 accumulation" in line for line in plan)  # XLA's default
     requests = []
@@ -138,10 +159,10 @@ def test_convolutions_get_ok_kernels(tmp_path: Path, settings: Settings) -> None
         requests.append(EvalRequest(task.path, kernel, "v6e"))
     results = evaluate_many(requests, settings)
     messages = [getattr(r, "message", repr(r)) for r in results]
-    assert [getattr(r, "verdict", None) for r in results] == ["ok"] * 4, messages
+    assert [getattr(r, "verdict", None) for r in results] == ["ok"] * 5, messages
 
 
-def test_a_strided_convolution_is_refused_with_the_reason(tmp_path: Path, settings: Settings) -> None:
-    task = _task(tmp_path, "strided", STRIDED_CONV)
-    with pytest.raises(NotRecognised, match="stride-1"):
+def test_a_dilated_kernel_is_refused_with_the_reason(tmp_path: Path, settings: Settings) -> None:
+    task = _task(tmp_path, "dilated", DILATED_KERNEL)
+    with pytest.raises(NotRecognised, match="kernel dilation"):
         analyse(read_task(task, settings), V6E)
