@@ -36,9 +36,11 @@ from agents.offline.expr import (
     as_typed,
     default_dtypes,
     dtype_space,
+    unsupported,
 )
 from agents.offline.kernel_family import floor_in
 from agents.offline.program import Op, Program, Value, itemsize
+from agents.offline.tail import TAIL_PRIMS, splits, tail_inputs, tail_lines
 from tpu_runner.hardware import ChipSpec
 
 MiB = 2**20
@@ -86,6 +88,8 @@ class Conv:
     # The reference's strides; in_spatial, window and c_in are then those of the stride-1 convolution the kernel
     # computes over the space-to-depth image (each phase of the stride a group of input channels).
     strides: tuple[int, ...] = ()
+    tail: tuple[Op, ...] = ()  # after `output`, as XLA ops on whole arrays (agents.offline.tail)
+    inputs: tuple[Value, ...] = ()  # the reference's inputs, which the tail may read
 
     family = "convolution"
 
@@ -109,9 +113,10 @@ class Conv:
         if self.strides:
             padded += (f" (stride {'x'.join(map(str, self.strides))}, as a stride-1 convolution of its space-to-depth "
                        "image)")
+        rest = f", then {len(self.tail)} XLA ops on whole arrays" if self.tail else ""
         return (f"{self.rank}-D convolution {window} of {self.dtype}[{self.batch}, {self.c_in}, "
                 f"{', '.join(map(str, self.in_spatial))}]{padded} to {self.c_out} channels, then {what} "
-                f"({len(self.ops)} ops) -> {self.output.dtype}{list(self.output.shape)}")
+                f"({len(self.ops)} ops) -> {self.output.dtype}{list(self.output.shape)}{rest}")
 
     def space(self) -> dict[str, tuple[Any, ...]]:
         return conv_space(self)
@@ -356,29 +361,52 @@ def recognise_conv(program: Program, output: Value) -> Conv | None:
         if v.dtype not in ("float32", "bfloat16"):
             raise NotRecognised(f"the convolution's {what} is {v.dtype}; the offline brain writes f32 and bf16 "
                                 "convolutions")
-    ops = program.ops[index + 1:]
+    epilogue = program.ops[index + 1:]
     main = conv.out.shape
     conv_inputs = {x_v.id, w_v.id}
     feeds = {conv.out.id} | prologue_ids
-    operands = []
-    for i, value in enumerate(program.inputs):
-        users = program.users(value)
-        if not users or (value.id in conv_inputs and all(u.out.id in feeds or u.prim == "convert_element_type"
-                                                         for u in users)):
-            continue
-        kind = _input_kind(value, main, users)
-        if kind is None:
-            raise NotRecognised(f"input {i} ({value.dtype}{list(value.shape)}) of the convolution's epilogue is "
-                                f"neither per channel nor a scalar of the output {list(main)}")
-        operands.append(ConvOperand(i, kind, value))
-    if output.dtype not in FLOAT_DTYPES:
-        raise NotRecognised(f"the reference returns {output.dtype}")
-    out_kind = value_kind(output.shape, main)
-    if out_kind not in (FULL, ROW):
-        raise NotRecognised(f"the output {list(output.shape)} is neither the convolution's shape {list(main)} nor "
-                            "one value per (sample, channel)")
-    _dry_run(main, conv.out, tuple(operands), ops)
-    mode = _mode(ops, output, main)
+
+    def kernel_part(ops: list[Op], written: Value, tail: list[Op]) -> tuple[list[ConvOperand], str]:
+        """The epilogue inputs and the mode when the kernel computes `ops` and writes `written`."""
+        only_tail = tail_inputs(program, tail)
+        operands = []
+        for i, value in enumerate(program.inputs):
+            users = program.users(value)
+            if not users or value.id in only_tail or (value.id in conv_inputs and all(
+                    u.out.id in feeds or u.prim == "convert_element_type" for u in users)):
+                continue
+            kind = _input_kind(value, main, users)
+            if kind is None:
+                raise NotRecognised(f"input {i} ({value.dtype}{list(value.shape)}) of the convolution's epilogue is "
+                                    f"neither per channel nor a scalar of the output {list(main)}")
+            operands.append(ConvOperand(i, kind, value))
+        if written.dtype not in FLOAT_DTYPES:
+            raise NotRecognised(f"the reference returns {written.dtype}")
+        if value_kind(written.shape, main) not in (FULL, ROW):
+            raise NotRecognised(f"the output {list(written.shape)} is neither the convolution's shape {list(main)} "
+                                "nor one value per (sample, channel)")
+        for op in tail:
+            if op.prim not in TAIL_PRIMS:
+                raise unsupported(op.prim, "the reference's last steps")
+        _dry_run(main, conv.out, tuple(operands), ops)
+        return operands, _mode(ops, written, main)
+
+    ops, written, tail = list(epilogue), output, []
+    try:
+        operands, mode = kernel_part(ops, written, tail)
+    except NotRecognised as whole:
+        # The kernel may write an earlier value (conv and epilogue so far) and XLA finish the rest: a window pool,
+        # a softmax over channels, a group norm.
+        # The narrowest value first (a bf16 one rather than its f32 conversion), then the shortest tail.
+        ways = sorted(splits(program, list(epilogue), output), key=lambda way: itemsize(way[1].dtype))
+        for ops, written, tail in ways:
+            try:
+                operands, mode = kernel_part(ops, written, tail)
+                break
+            except NotRecognised:
+                continue
+        else:
+            raise whole from None
     precision = conv.params.get("precision") or ()
     highest = any("HIGHEST" in str(p) for p in (precision if isinstance(precision, tuple) else (precision,)))
     x_pads = tuple(tuple(tuple(int(n) for n in c) for c in op.params["padding_config"][2:])
@@ -394,9 +422,10 @@ def recognise_conv(program: Program, output: Value) -> Conv | None:
         c_in, in_spatial, window = _space_to_depth_view(c_in, in_spatial, window, strides)
     return Conv(x=program.inputs.index(x_v), w=program.inputs.index(w_v), rank=rank, batch=x_v.shape[0],
                 c_in=c_in, c_out=kernel.shape[0], in_spatial=in_spatial, window=window, x_pads=x_pads,
-                w_steps=w_steps, strides=strides if strides != (1,) * rank else (),
+                w_steps=w_steps, strides=strides if strides != (1,) * rank else (), tail=tuple(tail),
+                inputs=tuple(program.inputs),
                 dtype=x_v.dtype, w_dtype=w_v.dtype, highest=highest, conv_out=conv.out, operands=tuple(operands),
-                ops=tuple(ops), output=output, mode=mode, reduces=mode != TILED, n_inputs=len(program.inputs),
+                ops=tuple(ops), output=written, mode=mode, reduces=mode != TILED, n_inputs=len(program.inputs),
                 n_static=len(program.static))
 
 
@@ -788,7 +817,25 @@ def computation({", ".join([f"a{i}" for i in range(spec.n_inputs)] + [f"s{i}" fo
             bytes_accessed=xf.size * xf.dtype.itemsize + wt.size * wt.dtype.itemsize * batch
             + batch * c_out_p * {"p_pad" if full_out else "1"} * {itemsize(spec.output.dtype)}),
     )(xf, wt{operand_args}{mask_arg})
-{crop}'''
+{_with_tail(spec, crop)}'''
+
+
+def _with_tail(spec: Conv, crop: str) -> str:
+    """The wrapper's last lines: the kernel's value cropped to the reference's shape, then the reference's tail."""
+    if not spec.tail:
+        return crop
+    head, _, last = crop.rstrip("\n").rpartition("    return ")
+    sizes: dict[int, str] = {1: "1"}  # the first name for a size wins: the output's own before the inputs'
+    for size, name in ((spec.batch, "batch"), (spec.c_out, "c_out")):
+        sizes.setdefault(size, name)
+    for j, d in enumerate(spec.conv_out.shape[2:]):
+        sizes.setdefault(d, f"out_spatial[{j}]")
+    for i, value in enumerate(spec.inputs):
+        for j, d in enumerate(value.shape):
+            sizes.setdefault(d, f"a{i}.shape[{j}]")
+    names = {spec.output.id: "out"} | {v.id: f"a{i}" for i, v in enumerate(spec.inputs)}
+    lines, result = tail_lines(spec.tail, names, sizes)
+    return head + f"    out = {last}\n" + "".join(f"    {line}\n" for line in lines) + f"    return {result}\n"
 
 
 def _prologue_text(spec: Conv) -> str:

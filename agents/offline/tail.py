@@ -18,7 +18,9 @@ from agents.offline.program import Arg, Op, Program, Value
 # third: XLA runs them as the reference does); no gathers or loops.
 TAIL_PRIMS = frozenset({"broadcast_in_dim", "reshape", "squeeze", "expand_dims", "transpose", "convert_element_type",
                         "integer_pow", "select_n", "clamp", "dot_general"}) | frozenset(UNARY) | frozenset(BINARY) \
-    | frozenset(REDUCE)
+    | frozenset(REDUCE) | frozenset({"reduce_window_max", "reduce_window_min", "reduce_window_sum"})
+_WINDOW = {"reduce_window_max": ("-jnp.inf", "lax.max"), "reduce_window_min": ("jnp.inf", "lax.min"),
+           "reduce_window_sum": ("0", "lax.add")}  # a window pool's identity and combiner
 
 
 def tail_inputs(program: Program, tail: list[Op]) -> set[int]:
@@ -93,8 +95,9 @@ def tail_lines(tail: tuple[Op, ...], names: dict[int, str], sizes: dict[int, str
             expr = f"jnp.transpose({x}, {tuple(p['permutation'])})"
         elif op.prim == "convert_element_type":
             new = str(p["new_dtype"])
-            expr = f"{x}.astype(jnp.{new})" if new in FLOAT_DTYPES or new in ("int32", "bool") else \
-                f"{x}.astype(jnp.dtype('{new}'))"
+            # lax's, not .astype: the operand may be a literal (a where's 0, converted)
+            expr = f"lax.convert_element_type({x}, jnp.{new})" if new in FLOAT_DTYPES or new in ("int32", "bool") \
+                else f"lax.convert_element_type({x}, jnp.dtype('{new}'))"
         elif op.prim in UNARY:
             expr = UNARY[op.prim].format(x)
         elif op.prim == "integer_pow":
@@ -109,6 +112,12 @@ def tail_lines(tail: tuple[Op, ...], names: dict[int, str], sizes: dict[int, str
             expr = (f"lax.dot_general({x}, {ref(op.args[1])}, {_dimension_numbers(p['dimension_numbers'])}, "
                     f"precision={_precision(p.get('precision'))}, "
                     f"preferred_element_type={_dtype_or_none(p.get('preferred_element_type'))})")
+        elif op.prim in _WINDOW:
+            init, combine = _WINDOW[op.prim]
+            expr = (f"lax.reduce_window({x}, jnp.array({init}, {x}.dtype), {combine}, "
+                    f"{tuple(p['window_dimensions'])}, {tuple(p['window_strides'])}, "
+                    f"{tuple(tuple(q) for q in p['padding'])}, {tuple(p['base_dilation'])}, "
+                    f"{tuple(p['window_dilation'])})")
         elif op.prim in REDUCE:
             expr = f"{REDUCE[op.prim]}({x}, axis={tuple(p['axes'])})"
         else:

@@ -1,7 +1,8 @@
 """The offline brain's convolution family on its own tasks: an ok kernel for a padded 2-D convolution with an
 instance norm after it, a 3-D one with a global pool, one writing rows a lane tile wide, a transposed one (input
-dilation, flipped and swapped kernel) and a strided one (a stride-1 convolution of its space-to-depth image), each
-checked and timed by the real evaluator on libtpu."""
+dilation, flipped and swapped kernel), a strided one (a stride-1 convolution of its space-to-depth image) and one
+whose max pool and normalisation over channels XLA finishes (a tail), each checked and timed by the real evaluator
+on libtpu."""
 
 from __future__ import annotations
 
@@ -120,6 +121,25 @@ def get_inputs():
             jax.random.normal(k[2], (32,))], []
 '''
 
+# A 2 x 2 max pool, then a norm over the channels (jnp.var): work no channel block holds, XLA's after the kernel.
+CONV_MAXPOOL_CHANNEL_NORM = '''import jax
+import jax.numpy as jnp
+
+
+def computation(x, w, b):
+    y = jax.lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    y = jnp.tanh(y + b[None, :, None, None])
+    p = jax.lax.reduce_window(y, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+    return (p - jnp.mean(p, axis=1, keepdims=True)) / jnp.sqrt(jnp.var(p, axis=1, keepdims=True) + 1e-5)
+
+
+def get_inputs():
+    k = jax.random.split(jax.random.PRNGKey(5), 3)
+    x = jax.random.normal(k[0], (4, 16, 34, 34), jnp.bfloat16)
+    w = (jax.random.normal(k[1], (32, 16, 3, 3)) / 12.0).astype(jnp.bfloat16)
+    return [x, w, (0.1 * jax.random.normal(k[2], (32,))).astype(jnp.bfloat16)], []
+'''
+
 DILATED_KERNEL = '''import jax
 import jax.numpy as jnp
 
@@ -140,11 +160,14 @@ def test_convolutions_get_ok_kernels(tmp_path: Path, settings: Settings) -> None
              _task(tmp_path, "conv3d_gelu_pool", CONV3D_GELU_POOL),
              _task(tmp_path, "conv2d_mish_wide_rows", CONV2D_MISH_WIDE_ROWS),
              _task(tmp_path, "conv_transpose_relu", CONV_TRANSPOSE_RELU),
-             _task(tmp_path, "strided_conv_gelu", STRIDED_CONV_GELU)]
+             _task(tmp_path, "strided_conv_gelu", STRIDED_CONV_GELU),
+             _task(tmp_path, "conv_maxpool_channel_norm", CONV_MAXPOOL_CHANNEL_NORM)]
     readings = read_tasks(tasks, settings)
     specs = [analyse(readings[t.digest], V6E) for t in tasks]
-    assert [s.family for s in specs] == ["convolution"] * 5
-    assert [writes_planes(s) for s in specs] == [False, False, True, False, False]
+    assert [s.family for s in specs] == ["convolution"] * 6
+    assert [writes_planes(s) for s in specs] == [False, False, True, False, False, False]
+    assert [bool(s.tail) for s in specs] == [False] * 5 + [True]
+    assert specs[5].tail[0].prim == "reduce_window_max" and "XLA ops on whole arrays" in specs[5].describe()
     assert "per-plane statistics" in specs[0].describe() and "global pool" in specs[1].describe()
     assert "padded to this" in specs[0].describe() and "padded and dilated" in specs[3].describe()
     assert specs[3].in_spatial == (12 * 2 - 1 + 2 * 2,) * 2 and specs[3].c_out == 24  # the dilated, padded image
@@ -159,7 +182,7 @@ def test_convolutions_get_ok_kernels(tmp_path: Path, settings: Settings) -> None
         requests.append(EvalRequest(task.path, kernel, "v6e"))
     results = evaluate_many(requests, settings)
     messages = [getattr(r, "message", repr(r)) for r in results]
-    assert [getattr(r, "verdict", None) for r in results] == ["ok"] * 5, messages
+    assert [getattr(r, "verdict", None) for r in results] == ["ok"] * 6, messages
 
 
 def test_a_dilated_kernel_is_refused_with_the_reason(tmp_path: Path, settings: Settings) -> None:
