@@ -98,7 +98,9 @@ class _Builder:
             else:
                 out_values = [self.value(v.aval) for v in eqn.outvars]
                 if len(out_values) != 1:
-                    raise NotImplementedError(f"{eqn.primitive.name} has {len(out_values)} results")
+                    raise NotImplementedError(f"the reference uses {eqn.primitive.name}, an operation with "
+                                              f"{len(out_values)} results, which the offline brain does not write "
+                                              "kernels for")
                 params = {k: v for k, v in eqn.params.items() if k not in ("out_sharding", "sharding")}
                 self.ops.append(Op(eqn.primitive.name, tuple(ins), params, out_values[0]))
                 outs = out_values
