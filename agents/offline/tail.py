@@ -57,6 +57,14 @@ def _precision(precision: object) -> str:
     return one(precision)
 
 
+def _rounds_on_tpu(op: Op) -> bool:
+    """A dot XLA runs with bf16 operands on the TPU: f32 operands at the default precision."""
+    precision = op.params.get("precision")
+    parts = precision if isinstance(precision, tuple | list) else (precision,)
+    default = all(p is None or str(p).endswith("DEFAULT") for p in parts)
+    return default and all(isinstance(a, Value) and a.dtype == "float32" for a in op.args[:2])
+
+
 def _dtype_or_none(dtype: object) -> str:
     return "None" if dtype is None else f"jnp.{dtype}"
 
@@ -108,6 +116,12 @@ def tail_lines(tail: tuple[Op, ...], names: dict[int, str], sizes: dict[int, str
             expr = f"jnp.where({x}, {ref(op.args[2])}, {ref(op.args[1])})"
         elif op.prim == "clamp":
             expr = f"jnp.clip({ref(op.args[1])}, {x}, {ref(op.args[2])})"
+        elif op.prim == "dot_general" and _rounds_on_tpu(op):
+            # As XLA computes a default-precision f32 dot on the TPU: bf16 operands, f32 accumulation. Written
+            # out, so the module computes the same wherever it runs (the CPU would multiply in full f32).
+            expr = (f"lax.dot_general({x}.astype(jnp.bfloat16), {ref(op.args[1])}.astype(jnp.bfloat16), "
+                    f"{_dimension_numbers(p['dimension_numbers'])}, preferred_element_type=jnp.float32)"
+                    f".astype(jnp.{op.out.dtype})")
         elif op.prim == "dot_general":
             expr = (f"lax.dot_general({x}, {ref(op.args[1])}, {_dimension_numbers(p['dimension_numbers'])}, "
                     f"precision={_precision(p.get('precision'))}, "

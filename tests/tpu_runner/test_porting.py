@@ -44,8 +44,8 @@ PORT_THREADS = 2  # each port is a sandboxed child; the rest of the time is spen
 # recognise), or a known-good kernel file in tests/corpus/pytorch_kernels for a family it does not write.
 OFFLINE = {"swish_plus_one": "rowwise", "layer_norm": "rowwise", "rms_norm": "rowwise", "softmax": "rowwise",
            "mean_rows": "rowwise", "linear_gelu": "matmul", "matmul_bf16": "matmul", "linear_gelu_sum": "matmul",
-           "conv2d_gelu_pool": "convolution"}
-KNOWN_GOOD = {"mlp": "mlp.py", "conv2d_relu": "conv2d_relu.py", "causal_attention": "causal_attention.py",
+           "conv2d_gelu_pool": "convolution", "conv2d_relu": "convolution", "mlp": "matmul"}
+KNOWN_GOOD = {"causal_attention": "causal_attention.py",
               "causal_attention_explicit": "causal_attention.py"}
 MODULES = sorted(OFFLINE) + sorted(KNOWN_GOOD)
 # How close the written reference must be to PyTorch, per output dtype: elementwise as atol and rtol, and the
