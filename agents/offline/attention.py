@@ -191,34 +191,18 @@ def _forward(op: Op, labels: list[Labels]) -> list[Labels]:
     return out
 
 
-_FOLDED = {"sqrt": math.sqrt, "rsqrt": lambda a: 1.0 / math.sqrt(a), "neg": lambda a: -a, "exp": math.exp,
-           "log": math.log, "mul": lambda a, b: a * b, "div": lambda a, b: a / b, "add": lambda a, b: a + b,
-           "sub": lambda a, b: a - b, "max": max, "min": min, "pow": lambda a, b: a ** b}
-_UNIFORM = ("convert_element_type", "broadcast_in_dim", "reshape")  # a constant stays one value through these
-
-
-def _scalar(arg: Any, program: Program | None = None, depth: int = 0) -> float | None:
+def _scalar(arg: Any, program: Program | None = None) -> float | None:
     """The one value of a constant operand: a literal, or (with the program) a scalar expression of literals
     the reference computes, such as 1 / jnp.sqrt(head_dim), broadcast or converted on the way."""
     if isinstance(arg, int | float) and not isinstance(arg, bool):
         return float(arg)
-    if program is None or not isinstance(arg, Value) or depth > 8:
+    if program is None or not isinstance(arg, Value):
         return None
-    producer = program.producer(arg)
-    if producer is None:
+    value = position_value(program, arg)
+    if value is None or value.size != 1:
         return None
-    args = [_scalar(a, program, depth + 1) for a in producer.args]
-    if any(a is None for a in args):
-        return None
-    if producer.prim in _UNIFORM and len(args) == 1:
-        return args[0]
-    if producer.prim == "integer_pow":
-        return args[0] ** int(producer.params["y"])  # type: ignore[operator]
-    fold = _FOLDED.get(producer.prim)
-    try:
-        return float(fold(*args)) if fold is not None else None
-    except (ValueError, ZeroDivisionError, OverflowError, TypeError):
-        return None
+    c = float(value.reshape(()))
+    return c if math.isfinite(c) else None
 
 
 def _trace_back(program: Program, arg: Any, labels: list[Labels], what: str) -> tuple[Value, list[Labels], float]:

@@ -40,7 +40,7 @@ from agents.offline.expr import (
 )
 from agents.offline.kernel_family import floor_in
 from agents.offline.program import Op, Program, Value, itemsize
-from agents.offline.tail import TAIL_PRIMS, splits, tail_inputs, tail_lines
+from agents.offline.tail import TAIL_PRIMS, splits, tail_inputs, wrapper_tail
 from tpu_runner.hardware import ChipSpec
 
 MiB = 2**20
@@ -825,16 +825,9 @@ def _with_tail(spec: Conv, crop: str) -> str:
     if not spec.tail:
         return crop
     head, _, last = crop.rstrip("\n").rpartition("    return ")
-    sizes: dict[int, str] = {1: "1"}  # the first name for a size wins: the output's own before the inputs'
-    for size, name in ((spec.batch, "batch"), (spec.c_out, "c_out")):
-        sizes.setdefault(size, name)
-    for j, d in enumerate(spec.conv_out.shape[2:]):
-        sizes.setdefault(d, f"out_spatial[{j}]")
-    for i, value in enumerate(spec.inputs):
-        for j, d in enumerate(value.shape):
-            sizes.setdefault(d, f"a{i}.shape[{j}]")
-    names = {spec.output.id: "out"} | {v.id: f"a{i}" for i, v in enumerate(spec.inputs)}
-    lines, result = tail_lines(spec.tail, names, sizes)
+    own = ((1, "1"), (spec.batch, "batch"), (spec.c_out, "c_out")) \
+        + tuple((d, f"out_spatial[{j}]") for j, d in enumerate(spec.conv_out.shape[2:]))
+    lines, result = wrapper_tail(spec.tail, spec.output, spec.inputs, own)
     return head + f"    out = {last}\n" + "".join(f"    {line}\n" for line in lines) + f"    return {result}\n"
 
 

@@ -24,7 +24,7 @@ from agents.offline.expr import (
 from agents.offline.families import Matmul, Operand, Rowwise, Spec
 from agents.offline.kernel_family import FamilySpec
 from agents.offline.program import Op, itemsize
-from agents.offline.tail import tail_lines
+from agents.offline.tail import wrapper_tail
 
 _TRANSCENDENTAL = {"exp", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "rsqrt", "erf", "sin", "cos",
                    "exp2", "tan", "pow"}
@@ -180,14 +180,9 @@ def _finish(spec: Matmul, crop: str, final: str) -> str:
     """The wrapper's last lines: the kernel's value in the reference's shape, then the reference's tail, if any."""
     if not spec.tail:
         return f"    return {crop}.reshape({final})"
-    sizes: dict[int, str] = {}  # the first name for a size wins: the output's m and n before k
-    for size, name in ((1, "1"), (spec.m, "m"), (spec.n, "n"), (spec.k, "k")):
-        sizes.setdefault(size, name)
-    for i, value in enumerate(spec.inputs):
-        for j, d in enumerate(value.shape):
-            sizes.setdefault(d, f"a{i}.shape[{j}]")
-    names = {spec.output.id: "out"} | {v.id: f"a{i}" for i, v in enumerate(spec.inputs)}
-    lines, result = tail_lines(spec.tail, names, sizes)
+    # The output's m and n before k, then the inputs' sizes.
+    lines, result = wrapper_tail(spec.tail, spec.output, spec.inputs, ((1, "1"), (spec.m, "m"), (spec.n, "n"),
+                                                                       (spec.k, "k")))
     return "\n".join([f"    out = {crop}.reshape({final})", *(f"    {line}" for line in lines), f"    return {result}"])
 
 

@@ -1,4 +1,5 @@
-"""Masks built from positions, evaluated at the production shapes: what an attention reference's iota-made mask
+"""Constant and position-made values, evaluated with numpy at the production shapes: a scale the reference
+computes (1 / jnp.sqrt(d)), and masks built from positions: what an attention reference's iota-made mask
 (or a constant it baked in) keeps, compared with the causal mask the kernel writes.
 
 A mask is checked by its numbers because its spelling varies (tril, iota compares, where chains, an additive
@@ -20,8 +21,9 @@ LIMIT = 1 << 26  # the most elements one evaluated array may have; past it the m
 _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum,
            "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
            "ne": np.not_equal, "and": np.logical_and, "or": np.logical_or, "div": np.true_divide,
-           "rem": np.remainder}
-_UNARY = {"not": np.logical_not, "neg": np.negative, "abs": np.abs}
+           "rem": np.remainder, "pow": np.power}
+_UNARY = {"not": np.logical_not, "neg": np.negative, "abs": np.abs, "sqrt": np.sqrt,
+          "rsqrt": lambda a: 1.0 / np.sqrt(a), "exp": np.exp, "log": np.log}
 
 
 def _dtype(name: Any) -> Any:
@@ -71,7 +73,11 @@ def position_value(program: Program, arg: Any, *, depth: int = 0) -> np.ndarray 
         with np.errstate(all="ignore"):
             out = _BINARY[op.prim](args[0], args[1])
     elif op.prim in _UNARY and len(args) == 1:
-        out = _UNARY[op.prim](args[0])
+        with np.errstate(all="ignore"):
+            out = _UNARY[op.prim](args[0])
+    elif op.prim == "integer_pow" and len(args) == 1:
+        y = int(op.params["y"])
+        out = np.float_power(args[0], y) if y < 0 else np.power(args[0], y)
     else:
         return None
     out = np.asarray(out)

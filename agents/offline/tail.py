@@ -69,6 +69,20 @@ def _dtype_or_none(dtype: object) -> str:
     return "None" if dtype is None else f"jnp.{dtype}"
 
 
+def wrapper_tail(tail: tuple[Op, ...], written: Value, inputs: tuple[Value, ...],
+                 own_sizes: tuple[tuple[int, str], ...]) -> tuple[list[str], str]:
+    """The tail's lines in a written module's wrapper, where the kernel's value is `out` and the inputs are `a0`,
+    `a1`, ...: sizes named by the wrapper's own variables (`own_sizes`, first wins) before the inputs' shapes."""
+    sizes: dict[int, str] = {}
+    for size, name in own_sizes:
+        sizes.setdefault(size, name)
+    for i, value in enumerate(inputs):
+        for j, d in enumerate(value.shape):
+            sizes.setdefault(d, f"a{i}.shape[{j}]")
+    names = {written.id: "out"} | {v.id: f"a{i}" for i, v in enumerate(inputs)}
+    return tail_lines(tail, names, sizes)
+
+
 def tail_lines(tail: tuple[Op, ...], names: dict[int, str], sizes: dict[int, str]) -> tuple[list[str], str]:
     """The wrapper's lines computing the tail, and the name of its result. `names`: the expressions of the values
     it starts from (the kernel's result, the inputs); `sizes`: size -> the wrapper's expression for it."""
