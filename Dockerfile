@@ -37,9 +37,10 @@ WORKDIR /app
 
 # The dependencies first, read from pyproject.toml alone: this layer (jax[tpu] and its libtpu, about 1 GB) is
 # rebuilt only when pyproject.toml changes, and pip's downloads stay in BuildKit's cache, never in a layer.
-# EXTRAS adds optional dependency groups: `--build-arg EXTRAS=port` for `kernelbot port` and `/kernel port`
-# (torch and torchax, about 4 GB more).
-ARG EXTRAS=""
+# EXTRAS names optional dependency groups: `aot` is the pinned jax[tpu] and its libtpu (the image brings its own
+# JAX, TPU VM or not); add `port` for `kernelbot port` and `/kernel port` (`--build-arg EXTRAS=aot,port`: torch and
+# torchax, about 4 GB more).
+ARG EXTRAS="aot"
 COPY pyproject.toml ./
 RUN --mount=type=cache,target=/root/.cache/pip \
     python -c 'import os, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; extras = [e for e in os.environ.get("EXTRAS", "").split(",") if e]; print("\n".join(p["dependencies"] + [d for e in extras for d in p["optional-dependencies"][e]]))' \

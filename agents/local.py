@@ -28,7 +28,7 @@ def run_until_settled(engine: Engine, settings: Settings, session_id: str, *, ki
     final status. Ctrl-C stops the runner cleanly and leaves the session resumable."""
     with Session(engine) as s:
         target = sessions.get_session(s, session_id=session_id).target
-    daemon = RunnerDaemon(engine=engine, settings=settings, hardware=describe_host(),
+    daemon = RunnerDaemon(engine=engine, settings=settings, hardware=describe_host(settings),
                           job_kinds=runner_kinds(settings.job_modules),
                           config=RunnerConfig(name=f"local-{session_id}", targets=(target,), concurrency=workers,
                                               kinds=kinds, poll_seconds=0.2, grace_seconds=5.0,

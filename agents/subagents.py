@@ -11,12 +11,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from agents.brain import AnswerError, AnswerForm, Brain, BrainReply, BrainRequest, Tool
 from tpu_runner.result import EvalError
 
 PLAN_SECTIONS = ("analysis", "strategy", "tiling and memory", "pipelining", "expected impact", "risks")
 _CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
+
+
+T = TypeVar("T")
 
 
 class AgentAnswerError(AnswerError):
@@ -131,7 +135,7 @@ def _analysis_answer(reply: BrainReply) -> str:
     return f"{where} Next: {change}"
 
 
-def _ask[T](brain: Brain, request: BrainRequest, read: Callable[[BrainReply], T]) -> T:
+def _ask(brain: Brain, request: BrainRequest, read: Callable[[BrainReply], T]) -> T:
     """Ask, and read the answer; an answer that does not validate is asked again once, with what was wrong."""
     reply = brain.ask(request)
     try:

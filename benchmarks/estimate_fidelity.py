@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from storage.settings import load_settings  # noqa: E402
 from tpu_runner.compile_service import CompileAnswer, compile_service  # noqa: E402
 from tpu_runner.hardware import get_chip  # noqa: E402
-from tpu_runner.reference_data import ReferenceStore  # noqa: E402
+from tpu_runner.reference_data import reference_store  # noqa: E402
 from tpu_runner.tasks import load_task  # noqa: E402
 from tpu_runner.timing_model import programs_time, static_profile_time  # noqa: E402
 
@@ -93,8 +93,7 @@ def main() -> None:
         return
     settings = load_settings()
     chip = get_chip(args.target)
-    store = ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.home / "sandbox",
-                           limits=settings.limits)
+    store = reference_store(settings)
     rows: list[Row] = []
     dump: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="fidelity-") as tmp, compile_service(

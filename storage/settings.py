@@ -14,6 +14,9 @@ from pathlib import Path
 import platformdirs
 
 TARGETS = ("v5e", "v6e", "v5p")  # the TPU generations tpu_runner.hardware knows (a test keeps them in step)
+# TPU_ACCELERATOR_TYPE (set by the TPU runtime on a TPU host, e.g. v5litepod-4, v6e-8) -> the target it is.
+ACCELERATOR_PREFIXES = (("v5litepod", "v5e"), ("v5lite", "v5e"), ("v5e", "v5e"), ("v6e", "v6e"), ("v5p", "v5p"))
+FALLBACK_TARGET = "v6e"  # where the host has no TPU of a known generation
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("KERNELBOT_CACHE_DIR", "`$KERNELBOT_HOME/cache`",
              "the references' outputs, programs and compiler figures, kept per task version; runners on one host "
              "may share it"),
-    Variable("KERNELBOT_TARGET", "`v6e`", "default TPU target: " + ", ".join(TARGETS)),
+    Variable("KERNELBOT_TARGET", "this host's TPU generation, else `v6e`", "default TPU target: " + ", ".join(TARGETS)),
+    Variable("KERNELBOT_TPU", "`auto`", "`auto`: candidates whose target is this host's TPU are checked and timed on "
+             "it; `off`: never use the chip (interpret mode and estimates, as on a host without one)"),
     Variable("KERNELBOT_EVAL_WORKERS", "`2`", "parallel evaluations"),
     Variable("KERNELBOT_EVAL_TIMEOUT", "`300`", "wall-clock seconds per evaluation"),
     Variable("KERNELBOT_EVAL_MEMORY_MIB", "`8192`", "resident memory per evaluation"),
@@ -72,6 +77,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("KERNELBOT_LOG_FORMAT", "`text`", "`text` (one line an event) or `json` (one object a line)"),
     Variable("KERNELBOT_DEBUG", "off", "`1` shows tracebacks instead of a one-line error and an id", reader="cli"),
     Variable("KERNELBOT_PYTHON", "found automatically", "the Python `./kb` builds `.venv` with", reader="kb"),
+    Variable("KERNELBOT_HOST_JAX", "on a TPU host whose Python has JAX", "`1`: `./kb` uses the JAX (and libtpu) "
+             "the Python it finds already has, as installed; `0`: `.venv` gets the pinned one", reader="kb"),
 )
 KNOWN = {v.name for v in VARIABLES}
 
@@ -150,11 +157,13 @@ class EvalLimits:
 @dataclass(frozen=True)
 class Settings:
     home: Path
-    default_target: str = "v6e"
+    default_target: str = FALLBACK_TARGET
     eval_workers: int = 2
     # "fast": libtpu's fast-forward static profile (seconds per compile); "exact": the unrolled one (slow, heavy).
     static_profile: str = "fast"
     limits: EvalLimits = field(default_factory=EvalLimits)
+    use_tpu: bool = True  # KERNELBOT_TPU: evaluate on this host's chip when the target is its generation
+    host_target: str | None = None  # this host's TPU generation (None: no TPU of a known generation)
     database_url: str | None = None  # KERNELBOT_DATABASE_URL; None means SQLite in the data directory
     job_modules: tuple[str, ...] = ()  # KERNELBOT_JOB_MODULES: extra job kinds, imported by runners
     anthropic_api_key: str | None = field(default=None, repr=False)  # ANTHROPIC_API_KEY
@@ -178,6 +187,10 @@ class Settings:
     @property
     def database(self) -> str:
         return self.database_url or f"sqlite:///{self.home / 'kernelbot.db'}"
+
+    def on_chip(self, target: str) -> bool:
+        """Are candidates for `target` run on this host's own TPU?"""
+        return self.use_tpu and self.host_target == target
 
     @property
     def artifacts_dir(self) -> Path:
@@ -216,6 +229,20 @@ def _cron(env: Mapping[str, str]) -> str:
 
 def _list(env: Mapping[str, str], name: str, sep: str = ",") -> tuple[str, ...]:
     return tuple(part.strip() for part in env.get(name, "").split(sep) if part.strip())
+
+
+def target_of_accelerator(accelerator_type: str) -> str | None:
+    """The target a TPU runtime's accelerator type names (`v5litepod-4` -> v5e), None for other generations."""
+    name = accelerator_type.strip().lower()
+    return next((target for prefix, target in ACCELERATOR_PREFIXES if name.startswith(prefix)), None)
+
+
+def host_target(env: Mapping[str, str], dev: Path = Path("/dev")) -> str | None:
+    """This host's TPU generation: its TPU device files (/dev/accelN, /dev/vfio/N) and the accelerator type the TPU
+    runtime sets. Nothing is opened: the chip has one holder at a time."""
+    chips = dev.is_dir() and (any(dev.glob("accel[0-9]*")) or any((dev / "vfio").glob("[0-9]*")))
+    accelerator = env.get("TPU_ACCELERATOR_TYPE", "")
+    return target_of_accelerator(accelerator) if chips and accelerator else None
 
 
 def default_config_file() -> Path:
@@ -264,9 +291,12 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         full_check_gflops=float(_int(env, "KERNELBOT_FULL_CHECK_GFLOPS", int(EvalLimits.full_check_gflops),
                                      minimum=0)),
     )
+    on_host = host_target(env)
     return Settings(
         home=home,
-        default_target=_choice(env, "KERNELBOT_TARGET", "v6e", TARGETS),
+        default_target=_choice(env, "KERNELBOT_TARGET", on_host or FALLBACK_TARGET, TARGETS),
+        use_tpu=_choice(env, "KERNELBOT_TPU", "auto", ("auto", "off")) == "auto",
+        host_target=on_host,
         eval_workers=_int(env, "KERNELBOT_EVAL_WORKERS", 2),
         static_profile=_choice(env, "KERNELBOT_STATIC_PROFILE", "fast", ("fast", "exact")),
         limits=limits,

@@ -3,19 +3,36 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
+# The test process never runs on a TPU, as kernelbot's own processes never do: on a TPU host the chip has one holder
+# at a time, and the evaluator's children that run on it get their own environment. Before anything imports JAX.
+os.environ["JAX_PLATFORMS"] = "cpu"
 
-from storage.settings import Settings, load_settings
-from tpu_runner.spares import SparePool, spare_pool
+from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from storage.settings import Settings, host_target, load_settings  # noqa: E402
+from tpu_runner.spares import SparePool, spare_pool  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 TASKS = REPO / "tasks"
 CORPUS = Path(__file__).resolve().parent / "corpus"
 
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+HOST_TPU = host_target(os.environ)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `tpu` need this host's chip: elsewhere they are skipped, with the reason in the summary."""
+    if HOST_TPU is not None:
+        return
+    skip = pytest.mark.skip(reason="needs a TPU host (no TPU device files and TPU_ACCELERATOR_TYPE here); on one: "
+                            "./kb test -m tpu -n 0")
+    for item in items:
+        if "tpu" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -236,10 +236,13 @@ def test_dependencies_install_from_pyproject_before_the_source_is_copied() -> No
     # The command that turns pyproject.toml into requirements really yields the declared dependencies.
     words = shlex.split(dep_run.args)
     code = words[words.index("-c") + 1]
-    listed = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    extras = next(ins.args.split("=", 1)[1].strip('"') for ins in of("ARG") if ins.args.startswith("EXTRAS="))
+    listed = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "EXTRAS": extras})
     assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.split("\n")[:-1] == PYPROJECT["project"]["dependencies"]
-    assert "jax[tpu]==0.12.0.1" in listed.stdout.split("\n")
+    assert listed.stdout.split("\n")[:-1] == PYPROJECT["project"]["dependencies"] + [
+        dep for extra in extras.split(",") for dep in PYPROJECT["project"]["optional-dependencies"][extra]]
+    assert "jax[tpu]==0.12.0.1" in listed.stdout.split("\n"), "the image brings the pinned JAX and its libtpu"
     # The project itself is installed last, without touching the dependencies, after every package is in.
     project = [ins for ins in of("RUN") if re.search(r"pip install --no-deps( -e)? \.", ins.args)]
     assert project, "no `pip install --no-deps .` after the source"

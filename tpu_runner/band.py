@@ -37,12 +37,23 @@ def clear_gain(perf: Any) -> bool | None:
     return perf.band[0] > 1.0
 
 
+def measured_band(speedup: float, reference: tuple[float, float], candidate: tuple[float, float]) -> list[float]:
+    """A measured speedup's range from the spread of each time ((median, spread) pairs): their relative spreads
+    add in quadrature. A gain inside it is no gain."""
+    rel = math.hypot(reference[1] / reference[0] if reference[0] else 0.0,
+                     candidate[1] / candidate[0] if candidate[0] else 0.0)
+    return [speedup / (1 + rel), speedup * (1 + rel)]
+
+
 def band_text(perf: Any) -> str:
-    """'likely x0.90-x1.20: no clear gain' ('' when the speedup has no band: it was measured)."""
+    """'likely x0.90-x1.20: no clear gain' for an estimate, '±2%' for a measurement ('' without a band)."""
     if not getattr(perf, "band", None):
         return ""
     low, high = perf.band
-    text = f"likely x{low:.2f}-x{high:.2f}"
+    if getattr(perf, "method", "estimated") == "measured":
+        text = f"±{(high / low) ** 0.5 - 1:.0%}" if low > 0 else ""
+    else:
+        text = f"likely x{low:.2f}-x{high:.2f}"
     if low <= 1.0 <= high:
         text += ": no clear gain"
     elif high < 1.0:
@@ -51,7 +62,7 @@ def band_text(perf: Any) -> str:
 
 
 def describe_speedup(perf: Any) -> str:
-    """'x1.04 estimated, likely x0.90-x1.20: no clear gain', or 'x2.10 measured'."""
+    """'x1.04 estimated, likely x0.90-x1.20: no clear gain', or 'x2.10 measured, ±1%'."""
     if perf is None:
         return "no speedup"
     extra = band_text(perf)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from storage.settings import EvalLimits
+from tpu_runner import chip
 from tpu_runner.compile_service import CompileAnswer, CompileService
 from tpu_runner.hardware import ChipSpec
 from tpu_runner.protocol import CandidateReport, CandidateRequest, write_json
@@ -109,8 +110,9 @@ def run_candidate(request: CandidateRequest, *, pool: SparePool, limits: EvalLim
             on_stage("compile")
         on_stage(stage)
 
+    on_chip = chip.runtime_files() if request.host == "tpu" else ()
     outcome = child.run([str(request_path)], stage_file=workdir / "stage", limits=limits, on_stage=heard,
-                        gate=gate, writable=(artifacts,), should_stop=lambda: compiles.failed)
+                        gate=gate, writable=(artifacts, *on_chip), should_stop=lambda: compiles.failed)
     for log in ("stdout.txt", "stderr.txt"):
         if (child.scratch / log).is_file():
             shutil.move(child.scratch / log, workdir / log)

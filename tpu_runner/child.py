@@ -24,7 +24,7 @@ from typing import Any
 
 import jax
 
-from tpu_runner import integrity, jaxpr_walk
+from tpu_runner import chip, integrity, jaxpr_walk
 from tpu_runner.arrays import save_outputs
 from tpu_runner.checkshapes import CheckShape, Production, choose
 from tpu_runner.correctness import run_candidate_case
@@ -34,6 +34,7 @@ from tpu_runner.hardware import ChipSpec, get_chip
 from tpu_runner.inputs import EVALUATOR_CASES
 from tpu_runner.ir import ir_digest
 from tpu_runner.protocol import (
+    Budget,
     CandidateReport,
     CandidateRequest,
     CaseOutput,
@@ -60,6 +61,8 @@ from tpu_runner.tasks import (
     with_values,
 )
 from tpu_runner.traffic import pallas_traffic, traffic_to_json
+
+ON_DEVICE_BUDGET = Budget(elements=1 << 62, flops=1e30, grid_steps=1 << 62)
 
 
 class StageFailure(Exception):
@@ -98,7 +101,7 @@ class CandidateStages:
         self.artifacts = Path(request.artifacts_dir)
         self.outputs = self.workdir / "outputs"
         self.candidate_path = request.kernel_path
-        self.chip: ChipSpec = get_chip(request.target)
+        self.target: ChipSpec = get_chip(request.target)
         # On a TPU of the target's generation the candidate runs and is timed on it; `measure` asks for the
         # same measured path on whatever backend this is (the tests use it on the CPU backend).
         self.on_device = False
@@ -154,7 +157,7 @@ class CandidateStages:
     def production_program(self, fn: Any, config: Configuration, i: int, task: Task) -> tuple[Production, str]:
         """Trace, check and export the candidate at one production configuration; returns its lowered text."""
         self.enter("lower")
-        with target_context(self.chip, self.on_device):
+        with target_context(self.target, self.on_device):
             try:
                 jaxpr = jax.make_jaxpr(fn, static_argnums=config.static_argnums)(*_abstract(config))
             except Exception as exc:
@@ -208,9 +211,11 @@ class CandidateStages:
     def check_shapes(self, task: Task, ref_fn: Any, cand_fn: Any, production: list[Production]) -> list[CheckShape]:
         tests = concrete_configurations(task, "get_test_inputs") if has_test_inputs(task) else []
         tests = [Configuration(c.dynamic, c.static) for c in tests]  # values are re-read by name where used
-        with target_context(self.chip, self.on_device):
+        # On the chip the production shapes are checked, however large: the chip runs them as it will be timed.
+        budget = ON_DEVICE_BUDGET if self.on_device else self.request.budget
+        with target_context(self.target, self.on_device):
             checks, notes = choose(production=production, tests=tests, ref_fn=ref_fn, cand_fn=cand_fn,
-                                   budget=self.request.budget,
+                                   budget=budget,
                                    int_ranges=[[a.int_range for a in p.config.dynamic] for p in production])
         self.report.notes.extend(notes)
         return checks
@@ -231,7 +236,7 @@ class CandidateStages:
                 if failed:
                     break
                 label = f"{check.name}/{case.name}"
-                with target_context(self.chip, self.on_device):
+                with target_context(self.target, self.on_device):
                     ran = run_candidate_case(label=label, config=config, candidate=cand_fn, case=case,
                                              interpret=not self.on_device, candidate_path=self.candidate_path,
                                              twice=twice)
@@ -269,18 +274,22 @@ class CandidateStages:
             candidate_spread_ms=pair.candidate.spread_ms, reference_spread_ms=pair.reference.spread_ms,
             iterations=len(pair.candidate.samples_ms), source=pair.candidate.source,
             device=jax.devices()[0].device_kind, mismatches=pair.mismatches[:3],
-            configuration=config.describe(), on_device=self.on_device)
+            configuration=config.describe(), on_device=self.on_device,
+            candidate_ops=pair.candidate_ops, reference_ops=pair.reference_ops)
 
     def detect_device(self) -> None:
+        """On a TPU host, wait for the chip (its lock, so that children take turns) and open it."""
         if self.request.host != "tpu":
             return
-        kind = jax.devices()[0].device_kind
-        self.on_device = kind == self.chip.device_kind
+        chip.hold(on_wait=lambda: self.enter(chip.QUEUED_STAGE))  # held until this process ends
+        self.enter("load")
+        kind = chip.open_chip()
+        self.on_device = kind == self.target.device_kind
         if self.on_device:
             self.measured = True
         else:
             self.report.notes.append(f"this host's accelerator is {kind!r}, not the target "
-                                     f"{self.chip.device_kind!r}: checked in interpret mode and estimated")
+                                     f"{self.target.device_kind!r}: checked in interpret mode and estimated")
 
     def run(self) -> CandidateReport:
         report = self.report
@@ -313,6 +322,8 @@ class CandidateStages:
             report.stage = "done"
         except TaskError as exc:
             report.task_error = str(exc)
+        except chip.ChipBusy as exc:
+            report.chip_busy = str(exc)
         except StageFailure as failed:
             report.stage, report.error, report.verdict = failed.stage, failed.error, failed.verdict
         return report

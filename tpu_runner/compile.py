@@ -66,7 +66,10 @@ def target_sharding(chip: ChipSpec) -> jax.sharding.NamedSharding:
 
     with _topologies_lock:
         if chip.topology not in _topologies:
-            _topologies[chip.topology] = topologies.get_topology_desc(chip.topology, "tpu")
+            # One chip per host, said outright: libtpu's default (2x2x1 chips, or this TPU host's own layout) does
+            # not divide a one-chip topology, and older libtpu refuses "v5e=1x1" without it.
+            _topologies[chip.topology] = topologies.get_topology_desc(chip.topology, "tpu",
+                                                                      chips_per_host_bounds=[1, 1, 1])
         topo = _topologies[chip.topology]
     mesh = jax.sharding.Mesh(np.array(topo.devices[:1]), ("x",))
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())

@@ -23,6 +23,7 @@ from typing import Any
 from storage.settings import EvalLimits
 from tpu_runner.errors import classify_text
 from tpu_runner.hlo_ops import HloOp, parsed_hlo
+from tpu_runner.libtpu import FAST_FORWARD_FLAG, knows_flag
 from tpu_runner.protocol import ChildStart, CompileReply, CompileRequest
 from tpu_runner.result import EvalError
 from tpu_runner.sandbox import SandboxProcess, _rss_mib, child_environment, spawn
@@ -84,9 +85,18 @@ class _Server:
         return self.child.scratch / "stderr.txt"
 
 
+def profiler_unavailable(static_profile: str) -> str | None:
+    """Why this host's libtpu cannot give the static profile asked for, or None when it can."""
+    if static_profile == "fast" and not knows_flag(FAST_FORWARD_FLAG):
+        return ("this libtpu has no fast-forward static profiler (it came with jax 0.12's libtpu); "
+                "KERNELBOT_STATIC_PROFILE=exact gives cycles at a much higher compile cost")
+    return None
+
+
 class CompileService:
     def __init__(self, *, root: Path, limits: EvalLimits, static_profile: str = "fast"):
         self.root, self.limits, self.static_profile = root, limits, static_profile
+        self.no_profile = profiler_unavailable(static_profile)
         self._idle: dict[tuple[str, bool], list[_Server]] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -129,10 +139,11 @@ class CompileService:
 
     def warm(self, target: str) -> None:
         """Start a profiled server for `target` now, so the first compile does not wait for it."""
+        profiled = self.no_profile is None
         with self._lock:
-            idle = self._idle.setdefault((target, True), [])
+            idle = self._idle.setdefault((target, profiled), [])
             if not idle:
-                idle.append(self._spawn(target, True))
+                idle.append(self._spawn(target, profiled))
 
     def close(self) -> None:
         with self._lock:
@@ -202,8 +213,8 @@ class CompileService:
     def compile(self, exported: Path, *, target: str, keep_in: Path | None = None, label: str = "program",
                 profile: bool = True) -> CompileAnswer:
         """Compile for `target`; with `profile`, also libtpu's static cycle profile when it can be had."""
-        if not profile:
-            return self._plain(exported, target, label, 0.0, None)
+        if not profile or self.no_profile:
+            return self._plain(exported, target, label, 0.0, self.no_profile if profile else None)
         answer, stderr, peak, stopped = self._once(exported, target, True, keep_in, label)
         if answer is not None and answer.ok:
             return self._answer(answer, peak)

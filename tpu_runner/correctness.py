@@ -142,9 +142,11 @@ def _float64_truth(reference: Callable[..., Any], host: list[np.ndarray], config
 
 
 def run_reference_case(*, config: Configuration, reference: Callable[..., Any], case: Case,
-                       as_target: Callable[..., Any] | None = None) -> ReferenceRun | None:
+                       as_target: Callable[..., Any] | None = None, truth: bool = True,
+                       truth_device: Any = None) -> ReferenceRun | None:
     """The reference's outputs on one case: as the target computes (`as_target`, the dynamic arguments only)
-    when given, else as written; and the float64 truth."""
+    when given, else as written on this process's default device (a TPU's own numerics on a TPU); and, with
+    `truth`, the float64 truth (on `truth_device` when given: a TPU has no float64)."""
     host = case_inputs(config, case)
     if host is None:
         return None
@@ -153,8 +155,11 @@ def run_reference_case(*, config: Configuration, reference: Callable[..., Any], 
     else:
         fn = jax.jit(reference, static_argnums=config.static_argnums)
         expected = as_output_set(jax.block_until_ready(fn(*_fresh(host, config.static))))
-    truth = _float64_truth(reference, host, config)
-    return ReferenceRun(case, expected, truth, lambda: perturbed_truth(config=config, reference=reference, case=case))
+    wide = None
+    if truth:
+        with jax.default_device(truth_device) if truth_device is not None else contextlib.nullcontext():
+            wide = _float64_truth(reference, host, config)
+    return ReferenceRun(case, expected, wide, lambda: perturbed_truth(config=config, reference=reference, case=case))
 
 
 def perturbed_truth(*, config: Configuration, reference: Callable[..., Any], case: Case) -> OutputSet | None:

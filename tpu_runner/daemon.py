@@ -25,6 +25,7 @@ from storage.models import SessionEvent
 from storage.runners import deregister_runner, heartbeat_runner, register_runner
 from storage.sessions import set_session_status
 from storage.settings import Settings
+from tpu_runner.hardware import get_chip
 from tpu_runner.job_kinds import EVALUATION_KINDS, JobContext, JobHandler, JobRejected
 from tpu_runner.sandbox import kill_running_children
 from tpu_runner.spares import SparePool
@@ -220,16 +221,15 @@ class RunnerDaemon:
                  killed)
 
 
-def describe_host() -> dict[str, Any]:
-    """The host, read from its device files without initialising a JAX backend: a TPU chip is opened by one
-    process at a time, and the runner's sandboxed children are the ones that must run on it."""
-    from pathlib import Path
-
-    from tpu_runner.evaluate import detect_host
-
-    dev = Path("/dev")
-    chips = len(list(dev.glob("accel[0-9]*"))) or len(list((dev / "vfio").glob("[0-9]*"))) if dev.is_dir() else 0
-    return {"platform": detect_host(), "tpu_chips": chips, "cpus": os.cpu_count(), "host": socket.gethostname()}
+def describe_host(settings: Settings) -> dict[str, Any]:
+    """The host, from its TPU runtime's variables and device files, without opening the chip: it has one holder
+    at a time, and the runner's sandboxed children are the ones that run on it."""
+    chip = get_chip(settings.host_target) if settings.host_target else None
+    described: dict[str, Any] = {"platform": "tpu" if chip else "cpu", "cpus": os.cpu_count(),
+                                 "host": socket.gethostname()}
+    if chip is not None:
+        described.update(tpu=chip.name, device_kind=chip.device_kind, measures=settings.on_chip(chip.name))
+    return described
 
 
 def install_signal_handlers(daemon: RunnerDaemon) -> None:

@@ -50,6 +50,8 @@ class MeasuredPair:
     reference: Timing
     candidate: Timing
     mismatches: list[str] = field(default_factory=list)  # outputs that differed while timing
+    reference_ops: list[tuple[str, float]] = field(default_factory=list)  # `device_ops` of each
+    candidate_ops: list[tuple[str, float]] = field(default_factory=list)
 
     @property
     def speedup(self) -> float:
@@ -69,27 +71,53 @@ def _trace_file(trace_dir: Path) -> Path | None:
     return files[-1] if files else None
 
 
-def per_call_durations(trace_path: Path, name: str) -> tuple[list[float], str]:
-    """Durations (ms) of each call of the jitted function `name`, from a Chrome trace written by jax.profiler."""
+def _trace_events(trace_path: Path) -> tuple[list[dict[str, Any]], set[int]]:
+    """The trace's complete events, and the ids of its device processes (not the host's CPU)."""
     data = json.loads(gzip.decompress(trace_path.read_bytes()))
     events = data.get("traceEvents", [])
     processes = {e["pid"]: e.get("args", {}).get("name", "") for e in events
                  if e.get("ph") == "M" and e.get("name") == "process_name"}
     device_pids = {pid for pid, pname in processes.items() if "/device:" in pname and "CPU" not in pname}
-    complete = [e for e in events if e.get("ph") == "X"]
+    return [e for e in events if e.get("ph") == "X"], device_pids
+
+
+def per_call_durations(trace_path: Path, name: str) -> tuple[list[float], str]:
+    """Durations (ms) of each call of the jitted function `name`, from a Chrome trace written by jax.profiler."""
+    complete, device_pids = _trace_events(trace_path)
     device = _outermost([e for e in complete if e["pid"] in device_pids and f"jit_{name}" in e.get("name", "")])
     if device:
-        return device, "trace:device"
-    return _outermost([e for e in complete if e.get("name") == f"PjitFunction({name})"]), "trace:host"
+        return [e["dur"] / 1e3 for e in device], "trace:device"
+    host = _outermost([e for e in complete if e.get("name") == f"PjitFunction({name})"])
+    return [e["dur"] / 1e3 for e in host], "trace:host"
 
 
-def _outermost(events: list[dict[str, Any]]) -> list[float]:
-    """Durations (ms) of events not nested in another of the list (the profiler records some calls twice)."""
-    out: list[float] = []
+def device_ops(trace_path: Path, name: str) -> list[tuple[str, float]]:
+    """The device's ops within the calls of `name` (a Pallas kernel, XLA fusions), in the order they run: (op,
+    median ns per call). Empty without a device lane."""
+    complete, device_pids = _trace_events(trace_path)
+    on_device = [e for e in complete if e["pid"] in device_pids]
+    calls = _outermost([e for e in on_device if f"jit_{name}" in e.get("name", "")])
+    per_call: dict[str, list[float]] = {}
+    first_seen: dict[str, float] = {}
+    for call in calls:
+        end = call["ts"] + call["dur"]
+        inside: dict[str, float] = {}
+        for e in on_device:
+            if call["ts"] <= e["ts"] and e["ts"] + e["dur"] <= end and "jit_" not in e.get("name", "jit_"):
+                inside[e["name"]] = inside.get(e["name"], 0.0) + e["dur"] * 1e3
+                first_seen.setdefault(e["name"], e["ts"] - call["ts"])
+        for op, ns in inside.items():
+            per_call.setdefault(op, []).append(ns)
+    return [(op, statistics.median(per_call[op])) for op in sorted(per_call, key=lambda op: first_seen[op])]
+
+
+def _outermost(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Events not nested in another of the list (the profiler records some calls twice), in time order."""
+    out: list[dict[str, Any]] = []
     end = float("-inf")
     for e in sorted(events, key=lambda e: (e["ts"], -e["dur"])):
         if e["ts"] >= end:
-            out.append(e["dur"] / 1e3)
+            out.append(e)
             end = e["ts"] + e["dur"]
     return out
 
@@ -132,4 +160,6 @@ def measure_pair(*, reference: Callable[..., Any], candidate: Callable[..., Any]
         if len(samples) != iterations:  # the trace did not resolve one event per call: fall back, and say so
             samples, source = wall[name], "wall_clock"
         timings[name] = Timing(tuple(samples), source)
-    return MeasuredPair(timings[REFERENCE_NAME], timings[CANDIDATE_NAME], mismatches)
+    ops = {name: device_ops(trace_path, name) if trace_path else [] for name in fns}
+    return MeasuredPair(timings[REFERENCE_NAME], timings[CANDIDATE_NAME], mismatches, ops[REFERENCE_NAME],
+                        ops[CANDIDATE_NAME])

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tpu_runner.band import program_band, speedup_band
+from tpu_runner.band import measured_band, program_band, speedup_band
 from tpu_runner.compile_service import CompileAnswer
 from tpu_runner.estimate import candidate_hbm_bytes, performance_flags, traffic_flags
 from tpu_runner.hardware import ChipSpec, Roofline, roofline
@@ -149,28 +149,41 @@ def _program_profile(timed: ProgramTime, seconds: float, hbm_bytes: float, cycle
 
 
 def measured_performance(chip: ChipSpec, prod: list[Configuration], cand: list[CandidateProgram],
-                         ref: list[CompileAnswer], measured: MeasuredTimes, used: list[list[bool]] | None = None
-                         ) -> tuple[Performance, dict[str, Any]]:
+                         ref: list[CompileAnswer], measured: MeasuredTimes, used: list[list[bool]] | None = None,
+                         estimate: Performance | None = None) -> tuple[Performance, dict[str, Any]]:
     """Times the candidate's child measured on its device (candidate and reference interleaved, first
-    production shape), against the roofline of the compiled programs."""
+    production shape), against the roofline of the compiled programs; `estimate`, the static estimate of the
+    same programs, is kept beside the measurement (`detail["estimate"]`)."""
     on_device = measured.on_device
     roof = _roofline(chip, prod[:1], cand[:1], ref[:1], (used or [])[:1] or None)
     c_s, r_s = measured.candidate_ms / 1e3, measured.reference_ms / 1e3
+    speedup = r_s / c_s if c_s else 0.0
+    band = measured_band(speedup, (measured.reference_ms, measured.reference_spread_ms),
+                         (measured.candidate_ms, measured.candidate_spread_ms)) if c_s else None
     profile = {
-        "method": "measured", "target": chip.name,
-        "candidate": {"seconds": c_s, "spread": measured.candidate_spread_ms / 1e3, "ops": []},
-        "reference": {"seconds": r_s, "spread": measured.reference_spread_ms / 1e3, "ops": []},
+        "method": "measured", "target": chip.name, "device": measured.device,
+        "candidate": {"seconds": c_s, "spread": measured.candidate_spread_ms / 1e3,
+                      "ops": [(name, round(ns)) for name, ns in measured.candidate_ops]},
+        "reference": {"seconds": r_s, "spread": measured.reference_spread_ms / 1e3,
+                      "ops": [(name, round(ns)) for name, ns in measured.reference_ops]},
         "roofline": _roofline_dict(roof),
         "kernels": _kernels(chip, cand),
+        "band": band,
     }
+    detail: dict[str, Any] = {
+        "device": measured.device, "source": measured.source, "iterations": measured.iterations,
+        "candidate_spread_ms": measured.candidate_spread_ms, "reference_spread_ms": measured.reference_spread_ms,
+        "configuration": measured.configuration}
+    if estimate is not None:
+        detail["estimate"] = {"speedup": estimate.speedup, "candidate_ms": estimate.candidate,
+                              "reference_ms": estimate.reference, "band": estimate.band}
+        profile["estimate"] = detail["estimate"]
     perf = Performance(
-        method="measured", unit="ms", reference=r_s * 1e3, candidate=c_s * 1e3, speedup=r_s / c_s if c_s else 0.0,
+        method="measured", unit="ms", reference=r_s * 1e3, candidate=c_s * 1e3, speedup=speedup,
         # Against a TPU roofline only when timed on that TPU; CPU-backend times are not comparable to it.
         roofline_fraction=roof.seconds / c_s if on_device and c_s else None, roofline_ms=roof.seconds * 1e3,
         bound=roof.bound, flops=roof.flops, bytes=roof.bytes,
         flags=performance_flags(candidate_seconds=c_s, roofline=roof) if on_device else [],
-        detail={"device": measured.device, "source": measured.source, "iterations": measured.iterations,
-                "candidate_spread_ms": measured.candidate_spread_ms,
-                "reference_spread_ms": measured.reference_spread_ms, "configuration": measured.configuration},
+        detail=detail, band=band,
     )
     return perf, profile

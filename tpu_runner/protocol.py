@@ -15,7 +15,7 @@ import inspect
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from tpu_runner.result import EvalError, Host, Stage, Verdict
 
@@ -26,11 +26,14 @@ def write_json(path: Path, record: Any) -> None:
     tmp.replace(path)
 
 
+T = TypeVar("T")
+
+
 def _error(data: dict[str, Any] | None) -> EvalError | None:
     return EvalError.from_json(data) if data else None
 
 
-def _build[T](cls: type[T], data: dict[str, Any]) -> T:
+def _build(cls: type[T], data: dict[str, Any]) -> T:
     """`cls` from the keys of `data` it takes (a record written by an older or newer side may have others)."""
     names = set(inspect.signature(cls).parameters)
     return cls(**{k: v for k, v in data.items() if k in names})
@@ -147,6 +150,9 @@ class MeasuredTimes:
     mismatches: list[str]  # outputs that differed from the reference's while timing (the first three)
     configuration: str
     on_device: bool  # timed on a TPU of the target, not on whatever backend this is
+    # The device's ops within one call (name, median ns), from the trace's device lane; empty without one.
+    candidate_ops: list[tuple[str, float]] = field(default_factory=list)
+    reference_ops: list[tuple[str, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -163,6 +169,7 @@ class CandidateReport:
     checks: list[CheckReport] = field(default_factory=list)
     measured: MeasuredTimes | None = None  # when timed on this host
     sandbox: str = ""
+    chip_busy: str | None = None  # the TPU was held by a process outside kernelbot: why, naming it
 
     @classmethod
     def read(cls, path: Path) -> CandidateReport:
@@ -186,6 +193,7 @@ class OutputJob:
     values_from: str | None
     cases: list[str]
     perturbed: bool = False  # only the float64 run on perturbed inputs (sensitivity), for these cases
+    task: int = 0  # which of the request's tasks
 
 
 @dataclass
@@ -193,7 +201,9 @@ class ReferenceRequest:
     task_dirs: list[str]
     out_dir: str
     export: bool  # describe each task's production configurations and export its reference's programs
-    outputs: list[OutputJob] = field(default_factory=list)  # of the first task
+    outputs: list[OutputJob] = field(default_factory=list)
+    on_chip: bool = False  # compute the outputs on this host's TPU (the float64 truth stays on the CPU)
+    truth_gflops: float | None = None  # on the chip, no float64 truth for a reference with more dot GFLOPs
 
     @classmethod
     def read(cls, path: Path) -> ReferenceRequest:
@@ -219,8 +229,10 @@ class ReferenceReport:
     # key -> case -> {"expected" | "truth" | "perturbed": file name}: only the parts computed are present, which
     # is how the outputs cache tells a part not computed yet from one that has no file
     outputs: dict[str, dict[str, dict[str, str | None]]] = field(default_factory=dict)
-    task_error: str | None = None
+    task_error: str | None = None  # why the outputs could not be computed (of the first task that failed)
+    output_errors: dict[str, str] = field(default_factory=dict)  # by task dir: why its outputs could not be
     timings: dict[str, float] = field(default_factory=dict)
+    chip_busy: str | None = None  # the TPU was held by a process outside kernelbot: why, naming it
 
     @classmethod
     def read(cls, path: Path) -> ReferenceReport:

@@ -23,7 +23,10 @@ from typing import Any
 import jax
 
 from storage.settings import EvalLimits, Settings
+from tpu_runner.chip import ChipBusy, runtime_files
 from tpu_runner.compile_service import CompileAnswer, CompileService
+from tpu_runner.hardware import ChipSpec
+from tpu_runner.inputs import EVALUATOR_CASES
 from tpu_runner.protocol import ExportedTask, OutputJob, ReferenceReport, ReferenceRequest, write_json
 from tpu_runner.sandbox import ChildOutcome, child_environment, run_child
 from tpu_runner.tasks import Configuration, Task, TaskError, config_from_json
@@ -39,8 +42,13 @@ def _lock(key: str) -> threading.Lock:
         return _locks.setdefault(key, threading.Lock())
 
 
-def output_key(task: Task, config: dict[str, Any], values_from: str | None) -> str:
-    text = json.dumps([task.digest, config, values_from, NUMERICS, jax.__version__], sort_keys=True)
+def numerics_on(device_kind: str | None) -> str:
+    """How the reference's outputs are computed: on a chip of `device_kind` itself, or as on a TPU (None)."""
+    return f"device:{device_kind}" if device_kind else NUMERICS
+
+
+def output_key(task: Task, config: dict[str, Any], values_from: str | None, numerics: str = NUMERICS) -> str:
+    text = json.dumps([task.digest, config, values_from, numerics, jax.__version__], sort_keys=True)
     return f"{task.task_id}-{hashlib.sha256(text.encode()).hexdigest()[:20]}"
 
 
@@ -58,27 +66,41 @@ def _stopped(outcome: ChildOutcome, task: Task, limits: EvalLimits) -> str:
 
 
 class ReferenceStore:
-    def __init__(self, *, cache_dir: Path, sandbox_dir: Path, limits: EvalLimits):
+    """The reference's data for the tasks evaluated here. With `device_kind` (this host's TPU, when candidates are
+    checked on it), outputs are computed on that chip; otherwise as XLA computes them on a TPU, on the CPU."""
+
+    def __init__(self, *, cache_dir: Path, sandbox_dir: Path, limits: EvalLimits, device_kind: str | None = None):
         self.cache_dir, self.sandbox_dir, self.limits = cache_dir, sandbox_dir, limits
+        self.device_kind = device_kind
+        self.numerics = numerics_on(device_kind)
 
     def _dir(self, task: Task) -> Path:
         return self.cache_dir / "reference" / f"{task.task_id}-{task.digest}-jax{jax.__version__}-{LAYOUT}"
 
-    def _run(self, tasks: list[Task], *, export: bool, jobs: list[OutputJob]) -> tuple[ReferenceReport, Path]:
+    def _run(self, tasks: list[Task], *, export: bool, jobs: list[OutputJob], strict: bool = True,
+             cpu_only: bool = False) -> tuple[ReferenceReport, Path]:
+        """The reference's child on `tasks`; with `strict`, a task error of its outputs is raised. Output jobs run
+        on this host's chip when the store has one, unless `cpu_only` (float64 work)."""
         scratch = self.sandbox_dir / f"reference-{uuid.uuid4().hex[:10]}"
         scratch.mkdir(parents=True)
+        on_chip = bool(jobs) and self.device_kind is not None and not cpu_only
         request = ReferenceRequest(task_dirs=[str(t.path) for t in tasks], out_dir=str(scratch / "out"),
-                                   export=export, outputs=jobs)
+                                   export=export, outputs=jobs, on_chip=on_chip,
+                                   truth_gflops=self.limits.full_check_gflops)
         write_json(scratch / "request.json", request)
-        env = child_environment(workdir=scratch, llo_dump_dir=None, on_tpu=False, target_accelerator="v6e-1")
+        env = child_environment(workdir=scratch, llo_dump_dir=None, on_tpu=on_chip, target_accelerator="v6e-1")
         outcome = run_child(module="tpu_runner.reference_run", args=[str(scratch / "request.json")],
-                            workdir=scratch, env=env, limits=self.limits)
+                            workdir=scratch, env=env, limits=self.limits,
+                            writable=runtime_files() if on_chip else ())
         path = scratch / "reference_report.json"
         if outcome.returncode != 0 or not path.is_file() or outcome.timed_out or outcome.memory_exceeded:
             shutil.rmtree(scratch, ignore_errors=True)
             raise TaskError(_stopped(outcome, tasks[0], self.limits))
         report = ReferenceReport.read(path)
-        if report.task_error:
+        if report.chip_busy:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise ChipBusy(report.chip_busy)
+        if report.task_error and strict:
             shutil.rmtree(scratch, ignore_errors=True)
             raise TaskError(report.task_error)
         return report, scratch
@@ -170,19 +192,59 @@ class ReferenceStore:
             if missing:
                 report, scratch = self._run([task], export=False, jobs=missing)
                 try:
-                    for job in missing:
-                        files = report.outputs.get(job.key, {})
-                        for names in files.values():
-                            for name in names.values():
-                                if name:
-                                    for part in (name, name.replace(".npz", ".json")):
-                                        shutil.move(scratch / "out" / part, root / part)
-                        tmp = root / f"{job.key}.{uuid.uuid4().hex[:6]}.tmp"  # whole, for other processes
-                        tmp.write_text(json.dumps(files))
-                        tmp.replace(root / f"{job.key}.json")
+                    self._keep_outputs(report, scratch, missing)
                 finally:
                     shutil.rmtree(scratch, ignore_errors=True)
         return self._found(jobs)
+
+    def production_jobs(self, task: Task) -> list[OutputJob]:
+        """The jobs for the reference's outputs at every production configuration, every case: what a check on the
+        chip asks for (the production shapes are checked there)."""
+        production, _ = self.programs(task)
+        return [OutputJob(output_key(task, config, f"production:{i}", self.numerics), config, f"production:{i}",
+                          [c.name for c in EVALUATOR_CASES]) for i, config in enumerate(production)]
+
+    def prefetch_outputs(self, tasks: list[Task]) -> dict[str, str]:
+        """The production outputs of every task not cached yet, in one reference child (on the chip: one opening of
+        it for all); returns why a task's could not be computed, by task id (its evaluation will say so again)."""
+        root = self.cache_dir / "reference_outputs"
+        root.mkdir(parents=True, exist_ok=True)
+        wanted: list[OutputJob] = []
+        todo: list[Task] = []
+        for task in tasks:
+            try:
+                jobs = [j for j in self.production_jobs(task) if not (root / f"{j.key}.json").is_file()]
+            except TaskError:
+                continue
+            for job in jobs:
+                job.task = len(todo)
+            if jobs:
+                todo.append(task)
+                wanted.extend(jobs)
+        if not wanted:
+            return {}
+        report, scratch = self._run(todo, export=False, jobs=wanted, strict=False)
+        try:
+            self._keep_outputs(report, scratch, [j for j in wanted if str(todo[j.task].path) not in
+                                                 report.output_errors])
+            by_dir = {str(t.path): t.task_id for t in todo}
+            return {by_dir.get(d, d): why for d, why in report.output_errors.items()}
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _keep_outputs(self, report: ReferenceReport, scratch: Path, jobs: list[OutputJob]) -> None:
+        """Move a reference run's output files into the cache, each job's index last and whole."""
+        root = self.cache_dir / "reference_outputs"
+        for job in jobs:
+            files = report.outputs.get(job.key, {})
+            for names in files.values():
+                for name in names.values():
+                    if name:
+                        for part in (name, name.replace(".npz", ".json")):
+                            shutil.move(scratch / "out" / part, root / part)
+            tmp = root / f"{job.key}.{uuid.uuid4().hex[:6]}.tmp"  # whole, for other processes
+            tmp.write_text(json.dumps(files))
+            tmp.replace(root / f"{job.key}.json")
 
     def perturbed(self, task: Task, job: OutputJob, case: str) -> Path | None:
         """The reference's float64 outputs on the case's inputs rounded once more (computed the first time it is
@@ -193,7 +255,7 @@ class ReferenceStore:
             files = json.loads(index.read_text())
             if "perturbed" not in files.get(case, {}):
                 one = OutputJob(job.key, job.config, job.values_from, [case], perturbed=True)
-                report, scratch = self._run([task], export=False, jobs=[one])
+                report, scratch = self._run([task], export=False, jobs=[one], cpu_only=True)
                 try:
                     name = report.outputs.get(job.key, {}).get(case, {}).get("perturbed")
                     if name:
@@ -218,9 +280,16 @@ class ReferenceStore:
         return found
 
 
+def reference_store(settings: Settings, chip: ChipSpec | None = None) -> ReferenceStore:
+    """The store evaluations for `chip` use: its outputs computed on this host's TPU when candidates for that
+    target run on it."""
+    on_chip = chip is not None and settings.on_chip(chip.name)
+    return ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.home / "sandbox", limits=settings.limits,
+                          device_kind=chip.device_kind if on_chip and chip is not None else None)
+
+
 def production_configurations(task: Task, settings: Settings) -> list[Configuration]:
     """The task's production input shapes, traced in the reference's sandboxed child (cached): for people and
     agents to read, without running the task's code in this process."""
-    store = ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.home / "sandbox", limits=settings.limits)
-    configs, _ = store.programs(task)
+    configs, _ = reference_store(settings).programs(task)
     return [config_from_json(c) for c in configs]

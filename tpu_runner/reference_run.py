@@ -2,8 +2,9 @@
 
 Runs task code only - never a candidate's - in the same kind of sandbox as a candidate (a reference pasted in
 Slack is code from a person). It describes the task's production configurations and exports the reference's
-programs for the compile servers, and computes the reference's outputs on evaluator-owned inputs: as XLA
-computes them on a TPU (`numerics.as_on_tpu`) and in float64. Writes `reference_report.json` beside the
+programs for the compile servers, and computes the reference's outputs on evaluator-owned inputs: on this host's
+TPU when asked (`on_chip`, the chip's lock held), else as XLA computes them on a TPU (`numerics.as_on_tpu`); and
+in float64, on the CPU. Writes `reference_report.json` beside the
 request and the arrays under `out_dir`; the evaluator caches both.
 """
 
@@ -17,11 +18,13 @@ from typing import Any
 import jax
 import numpy as np
 
+from tpu_runner import chip
 from tpu_runner.arrays import OutputSet, save_outputs
+from tpu_runner.checkshapes import dot_flops
 from tpu_runner.correctness import perturbed_truth, run_reference_case
 from tpu_runner.inputs import EVALUATOR_CASES
 from tpu_runner.numerics import as_on_tpu
-from tpu_runner.protocol import ExportedTask, ReferenceReport, ReferenceRequest, write_json
+from tpu_runner.protocol import ExportedTask, OutputJob, ReferenceReport, ReferenceRequest, write_json
 from tpu_runner.tasks import (
     TaskError,
     abstract_configurations,
@@ -91,6 +94,57 @@ def _failure(exc: Exception) -> str:
     return f"the reference raised {type(exc).__name__}: {str(exc)[:1500]}"
 
 
+def _open_chip(workdir: Path) -> None:
+    chip.hold(on_wait=lambda: _stage(workdir, chip.QUEUED_STAGE))  # held until this process ends
+    _stage(workdir, "opening the TPU")
+    chip.open_chip()
+
+
+def _outputs(request: ReferenceRequest, task_index: int, jobs: list[OutputJob], out: Path, workdir: Path
+             ) -> dict[str, dict[str, dict[str, str | None]]]:
+    """One task's outputs for its jobs: as the target computes them (on the chip itself, or as XLA computes on a
+    TPU), and the float64 truth (on the CPU; on the chip only where the reference's dots are within
+    `truth_gflops`, float64 at production shapes being far too slow for large ones)."""
+    task = load_task(request.task_dirs[task_index])
+    ref_fn = import_reference(task).computation
+    cases = {c.name: c for c in EVALUATOR_CASES}
+    found: dict[str, dict[str, dict[str, str | None]]] = {}
+    for job in jobs:
+        _stage(workdir, f"reference outputs {job.key}")
+        config = with_values(task, config_from_json(job.config), job.values_from)
+        on_target = None if request.on_chip else as_on_tpu(ref_fn, config.static)
+        with_truth = not request.on_chip or request.truth_gflops is None or \
+            reference_gflops(ref_fn, config) <= request.truth_gflops
+        files: dict[str, dict[str, str | None]] = {}
+        for name in job.cases:
+            if job.perturbed:
+                with _on_cpu():
+                    moved = perturbed_truth(config=config, reference=ref_fn, case=cases[name])
+                files[name] = {"perturbed": _save(out, f"{job.key}.{name}.perturbed.npz", moved)}
+                continue
+            ran = run_reference_case(config=config, reference=ref_fn, case=cases[name], as_target=on_target,
+                                     truth=with_truth, truth_device=_cpu() if request.on_chip else None)
+            if ran is None:
+                continue
+            files[name] = {"expected": _save(out, f"{job.key}.{name}.expected.npz", ran.expected),
+                           "truth": _save(out, f"{job.key}.{name}.truth.npz", ran.truth)}
+        found[job.key] = files
+    return found
+
+
+def _cpu() -> Any:
+    return jax.devices("cpu")[0]
+
+
+def _on_cpu() -> Any:
+    return jax.default_device(_cpu())
+
+
+def reference_gflops(ref_fn: Any, config: Any) -> float:
+    args = [jax.ShapeDtypeStruct(a.shape, np.dtype(a.dtype)) for a in config.dynamic]
+    return dot_flops(jax.make_jaxpr(lambda *d: ref_fn(*d, *config.static))(*args)) / 1e9
+
+
 def run(request: ReferenceRequest, workdir: Path) -> ReferenceReport:
     report = ReferenceReport()
     out = Path(request.out_dir)
@@ -107,28 +161,19 @@ def run(request: ReferenceRequest, workdir: Path) -> ReferenceReport:
     if not request.outputs:
         return report
     t1 = time.perf_counter()
-    try:
-        task = load_task(request.task_dirs[0])
-        ref_fn = import_reference(task).computation
-        cases = {c.name: c for c in EVALUATOR_CASES}
-        for job in request.outputs:
-            _stage(workdir, f"reference outputs {job.key}")
-            config = with_values(task, config_from_json(job.config), job.values_from)
-            on_tpu = as_on_tpu(ref_fn, config.static)
-            files: dict[str, dict[str, str | None]] = {}
-            for name in job.cases:
-                if job.perturbed:
-                    moved = perturbed_truth(config=config, reference=ref_fn, case=cases[name])
-                    files[name] = {"perturbed": _save(out, f"{job.key}.{name}.perturbed.npz", moved)}
-                    continue
-                ran = run_reference_case(config=config, reference=ref_fn, case=cases[name], as_target=on_tpu)
-                if ran is None:
-                    continue
-                files[name] = {"expected": _save(out, f"{job.key}.{name}.expected.npz", ran.expected),
-                               "truth": _save(out, f"{job.key}.{name}.truth.npz", ran.truth)}
-            report.outputs[job.key] = files
-    except Exception as exc:  # noqa: BLE001 - likewise
-        report.task_error = _failure(exc)
+    if request.on_chip:
+        try:
+            _open_chip(workdir)
+        except chip.ChipBusy as exc:
+            report.chip_busy = str(exc)
+            return report
+    for index in sorted({job.task for job in request.outputs}):
+        try:
+            report.outputs.update(_outputs(request, index, [j for j in request.outputs if j.task == index], out,
+                                           workdir))
+        except Exception as exc:  # noqa: BLE001 - likewise
+            report.output_errors[request.task_dirs[index]] = _failure(exc)
+            report.task_error = report.task_error or _failure(exc)
     report.timings["outputs"] = time.perf_counter() - t1
     return report
 

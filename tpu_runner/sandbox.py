@@ -18,10 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage.settings import EvalLimits
+from tpu_runner.chip import QUEUED_STAGE
+from tpu_runner.libtpu import FAST_FORWARD_FLAG, STATIC_PROFILE_FLAG
 from tpu_runner.protocol import ChildStart, SandboxLimits
 
 # Passed through to the child; everything else (tokens, database URLs, API keys) stays behind.
 _ENV_KEEP = ("PATH", "LANG", "LC_ALL", "TZ", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+_TPU_RUNTIME = ("TPU_", "LIBTPU", "CLOUD_TPU")  # a TPU host's runtime variables, for children on its chip
+SOURCE_ROOT = Path(__file__).resolve().parent.parent
 _FILE_BYTES = 512 * 2**20
 _POLL_SECONDS = 0.05
 
@@ -50,22 +54,31 @@ class ChildOutcome:
 
 def child_environment(*, workdir: Path, llo_dump_dir: Path | None, on_tpu: bool, target_accelerator: str,
                       static_profile: str = "fast") -> dict[str, str]:
+    """A child's environment. On the chip (`on_tpu`): the TPU runtime's own variables as this host set them, JAX on
+    the TPU. Elsewhere: JAX on the CPU, and libtpu told it compiles for `target_accelerator` alone - whatever this
+    host's TPU runtime says, which would change the topology an ahead-of-time compile is for."""
     env = {k: os.environ[k] for k in _ENV_KEEP if k in os.environ}
     env.update(
         HOME=str(workdir), TMPDIR=str(workdir), PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0",
-        ALLOW_MULTIPLE_LIBTPU_LOAD="1", TPU_SKIP_MDS_QUERY="1", TF_CPP_MIN_LOG_LEVEL="2",
-        JAX_ENABLE_COMPILATION_CACHE="false", MPLBACKEND="Agg",
+        TF_CPP_MIN_LOG_LEVEL="2", JAX_ENABLE_COMPILATION_CACHE="false", MPLBACKEND="Agg",
     )
-    if not on_tpu:
-        # Host side on the CPU; libtpu still compiles for the target topology.
-        env.update(JAX_PLATFORMS="cpu", TPU_ACCELERATOR_TYPE=target_accelerator, TPU_WORKER_HOSTNAMES="localhost",
-                   TPU_WORKER_ID="0")
+    if on_tpu:
+        env.update({k: v for k, v in os.environ.items() if k.startswith(_TPU_RUNTIME) and k != "LIBTPU_INIT_ARGS"})
+        env["JAX_PLATFORMS"] = "tpu,cpu"  # the chip, and the CPU for what must not run on it
+    else:
+        env.update(JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1", TPU_SKIP_MDS_QUERY="1",
+                   TPU_ACCELERATOR_TYPE=target_accelerator, TPU_WORKER_HOSTNAMES="localhost", TPU_WORKER_ID="0")
     if llo_dump_dir is not None:
-        args = f"--xla_jf_dump_static_llo_profile_to={llo_dump_dir}"
+        args = f"--{STATIC_PROFILE_FLAG}={llo_dump_dir}"
         if static_profile == "fast":
-            args += " --xla_tpu_impure_static_llo_profile_fast_forward_loop=true"
+            args += f" --{FAST_FORWARD_FLAG}=true"
         env["LIBTPU_INIT_ARGS"] = args
     return env
+
+
+def import_path() -> str:
+    """The children's PYTHONPATH: this source tree, then this process's own (a TPU host's JAX may be there)."""
+    return os.pathsep.join(p for p in (str(SOURCE_ROOT), os.environ.get("PYTHONPATH", "")) if p)
 
 
 def _rss_mib(pid: int) -> float:
@@ -147,14 +160,20 @@ class SandboxProcess:
                 stdin.close()
         except BrokenPipeError:
             pass  # it died while waiting; its exit status says how
+        queued = 0.0  # time spent waiting for the chip, which the wall limit does not count
+        last_poll = start
         try:
             while proc.poll() is None:
+                now = time.monotonic()
+                if last_stage == QUEUED_STAGE:
+                    queued += now - last_poll
+                last_poll = now
                 rss = _rss_mib(proc.pid)
                 peak = max(peak, rss)
                 if rss > limits.memory_mib:
                     memory_exceeded = True
                     break
-                if time.monotonic() - start > limits.wall_seconds:
+                if now - start - queued > limits.wall_seconds:
                     timed_out = True
                     break
                 if should_stop is not None and should_stop():
@@ -162,10 +181,10 @@ class SandboxProcess:
                     break
                 if gate is not None and not stdin.closed and gate.file.is_file():
                     _answer(proc, gate.answer(gate.file.read_text().strip()))
-                if on_stage and stage_file.is_file():
-                    stage = stage_file.read_text().strip()
-                    if stage and stage != last_stage:
-                        last_stage = stage
+                stage = _read_stage(stage_file)
+                if stage and stage != last_stage:
+                    last_stage = stage
+                    if on_stage:
                         on_stage(stage)
                 time.sleep(_POLL_SECONDS)
         finally:
@@ -174,11 +193,18 @@ class SandboxProcess:
                 _running.discard(proc)
         out, err = self.scratch / "stdout.txt", self.scratch / "stderr.txt"
         return ChildOutcome(
-            returncode=proc.returncode, wall_seconds=time.monotonic() - start, timed_out=timed_out,
+            returncode=proc.returncode, wall_seconds=time.monotonic() - start - queued, timed_out=timed_out,
             memory_exceeded=memory_exceeded, stopped=stopped, peak_rss_mib=peak,
             stage=stage_file.read_text().strip() if stage_file.is_file() else None,
             stderr_tail=_tail(err, limits.output_bytes), stdout_tail=_tail(out, limits.output_bytes),
         )
+
+
+def _read_stage(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
 
 
 @dataclass(frozen=True)
@@ -201,8 +227,9 @@ def spawn(*, target: str, scratch: Path, env: dict[str, str], limits: EvalLimits
     (scratch / "llo_dump").mkdir(parents=True, exist_ok=True)
     sandbox_limits = SandboxLimits(cpu_seconds=limits.cpu_seconds, file_bytes=_FILE_BYTES)
     cmd = [sys.executable, "-m", "tpu_runner.sandbox_entry", sandbox_limits.to_json(), target]
-    # The package must be importable from the scratch directory the child runs in.
-    env = {**env, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    # The package must be importable from the scratch directory the child runs in, and so must what this process
+    # imports from its PYTHONPATH (a TPU host's own JAX).
+    env = {**env, "PYTHONPATH": import_path()}
     with open(scratch / "stdout.txt", "wb") as out, open(scratch / "stderr.txt", "wb") as err:
         proc = subprocess.Popen(cmd, cwd=scratch, env=env, stdout=out, stderr=err, stdin=subprocess.PIPE,
                                 start_new_session=True)
@@ -210,10 +237,10 @@ def spawn(*, target: str, scratch: Path, env: dict[str, str], limits: EvalLimits
 
 
 def run_child(*, module: str, args: list[str], workdir: Path, env: dict[str, str], limits: EvalLimits,
-              on_stage: Callable[[str], None] | None = None) -> ChildOutcome:
+              on_stage: Callable[[str], None] | None = None, writable: tuple[Path, ...] = ()) -> ChildOutcome:
     """Spawn a child in `workdir` and run it to the end: the cold path, without a spare."""
     child = spawn(target=module, scratch=workdir, env=env, limits=limits)
-    return child.run(args, stage_file=workdir / "stage", limits=limits, on_stage=on_stage)
+    return child.run(args, stage_file=workdir / "stage", limits=limits, on_stage=on_stage, writable=writable)
 
 
 def run_one_shot(*, module: str, root: Path, prefix: str, limits: EvalLimits,

@@ -20,6 +20,23 @@ import sys
 from tpu_runner.protocol import ChildStart, SandboxLimits
 
 
+def die_with_supervisor() -> None:
+    """End this process when its supervisor is gone: it runs in a session of its own, so nothing else would, and a
+    child on the TPU would keep the chip. (Linux's parent-death signal follows the thread that started the child,
+    and the evaluator starts children from worker threads that end first.)"""
+    import threading
+    import time
+
+    supervisor = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == supervisor:
+            time.sleep(1.0)
+        os._exit(70)
+
+    threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
+
+
 def apply_limits(limits: SandboxLimits) -> list[str]:
     notes = []
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 5))
@@ -84,6 +101,7 @@ def main() -> None:
         return  # discarded unused
     start = ChildStart.from_json(line)
     os.environ["KERNELBOT_SANDBOX"] = confine_writes([os.getcwd(), *start.writable])
+    die_with_supervisor()  # after Landlock, which binds only the thread that asks for it and threads started later
     sys.argv = [target, *start.argv]
     if module is None:  # a script path (the sandbox's own tests use this)
         runpy.run_path(target, run_name="__main__")

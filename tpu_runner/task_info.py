@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from storage.settings import Settings
 from tpu_runner.compile_service import CompileService
 from tpu_runner.hardware import ChipSpec, roofline
-from tpu_runner.reference_data import ReferenceStore
+from tpu_runner.reference_data import reference_store
 from tpu_runner.tasks import Task, config_from_json
 
 
@@ -39,7 +39,7 @@ def prepare_libtpu_env(chip: ChipSpec) -> None:
 
 
 def task_info(task: Task, chip: ChipSpec, settings: Settings, compilers: CompileService) -> TaskInfo:
-    store = ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.home / "sandbox", limits=settings.limits)
+    store = reference_store(settings)
     production, _ = store.programs(task)
     configs = [config_from_json(c) for c in production]
     # Cost analysis needs no static cycle profile (much slower on some programs); the evaluator makes its own.

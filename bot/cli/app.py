@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import typer
 
 from bot.cli import agents, config, doctor, evaluate, port, queue, search, serve
@@ -16,6 +18,9 @@ for group in (evaluate, agents, search, queue, serve, doctor, config, port):
 
 
 def main() -> None:
+    # This process never runs on a TPU: the chip has one holder at a time, and the evaluator's children that run
+    # on it get their own environment. Set before anything imports JAX.
+    os.environ["JAX_PLATFORMS"] = "cpu"
     try:
         configure_logging(load_settings())
     except SettingsError:

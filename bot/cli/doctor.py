@@ -23,9 +23,11 @@ def register(app: typer.Typer) -> None:
 
 DOCTOR_HELP = (
     "Check the installation and configuration, and explain each problem with a fix.\n\n"
-    "Checks: Python (>= 3.12); kernelbot, jax, jaxlib and libtpu (the one jax pins); that the settings load, and "
-    "from which config file; a tiny Pallas kernel compiled ahead of time with libtpu for KERNELBOT_TARGET (in a "
-    "child process with a timeout); the hardware (TPU chips, or CPU only: times are estimated); the database "
+    "Checks: Python (>= 3.11); kernelbot, jax, jaxlib and libtpu (the one jax pins); that the settings load, and "
+    "from which config file; the hardware (this host's TPU, which is then the default target, or CPU only: times "
+    "are estimated); on a TPU host, the chip: opened, a small Pallas kernel run and timed on it (or who holds "
+    "it); a tiny Pallas kernel compiled ahead of time with libtpu for KERNELBOT_TARGET (in a child process with "
+    "a timeout); the database "
     "(reachable, schema at the head); Slack when SLACK_BOT_TOKEN is set (auth.test, the workspace and bot, the "
     "scopes, and Socket Mode's SLACK_APP_TOKEN or HTTP mode's SLACK_SIGNING_SECRET); Anthropic when "
     "ANTHROPIC_API_KEY is set (the key lists models; KERNELBOT_MODEL or the default is among them).\n\n"

@@ -36,7 +36,7 @@ def tasks_command(
     def run() -> int:
         from tpu_runner.compile_service import compile_service
         from tpu_runner.hardware import get_chip
-        from tpu_runner.reference_data import ReferenceStore
+        from tpu_runner.reference_data import reference_store
         from tpu_runner.task_info import TaskInfo, task_info
         from tpu_runner.tasks import Task, discover_tasks, load_task
 
@@ -60,8 +60,7 @@ def tasks_command(
                     loaded[d] = load_task(d)
                 except TaskError as exc:
                     loaded[d] = exc
-            store = ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.home / "sandbox",
-                                   limits=settings.limits)
+            store = reference_store(settings)
             status.update(f"reading {len(dirs)} references (one sandboxed process)...")
             refused = store.prefetch([t for t in loaded.values() if isinstance(t, Task)])
 

@@ -71,11 +71,8 @@ def runner_command(
         from storage.connect import open_database
         from storage.logs import configure_logging
         from tpu_runner.daemon import RunnerConfig, RunnerDaemon, describe_host, install_signal_handlers
-        from tpu_runner.evaluate import detect_host
 
         settings = get_settings()
-        if detect_host() == "cpu":
-            os.environ.setdefault("JAX_PLATFORMS", "cpu")
         targets = tuple(get_chip(t).name for t in (target or list(CHIPS)))
         job_kinds = runner_kinds(settings.job_modules)  # what this runner serves, composed here
         configure_logging(settings, default_level="info")
@@ -83,7 +80,7 @@ def runner_command(
         config = RunnerConfig(name=name or f"{socket.gethostname()}-{os.getpid()}", targets=targets,
                               concurrency=concurrency, kinds=tuple(kind or ()), lease_seconds=lease_seconds,
                               exit_when_idle=exit_when_idle, grace_seconds=grace_seconds)
-        daemon = RunnerDaemon(engine=engine, settings=settings, config=config, hardware=describe_host(),
+        daemon = RunnerDaemon(engine=engine, settings=settings, config=config, hardware=describe_host(settings),
                               job_kinds=job_kinds)
 
         for session_id in recover_stranded(engine):  # sessions a crash left without their job

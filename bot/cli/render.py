@@ -121,7 +121,7 @@ def runners_table(rows: Sequence[dict[str, Any]]) -> Table:
         table.add_column(col, overflow="fold")
     for r in rows:
         hw = r["hardware"] or {}
-        chips = f"{hw['tpu_chips']} TPU chip(s)" if hw.get("tpu_chips") else "CPU only"
+        chips = f"TPU {hw['tpu']} ({hw.get('device_kind', '')})" if hw.get("tpu") else "CPU only"
         table.add_row(r["name"], r["host"], r["status"], f"{chips} ({hw.get('cpus', '?')} cpus)",
                       ", ".join(r["targets"] or []), f"{r['heartbeat_age_seconds']:.0f} s ago",
                       ", ".join(map(str, r["current_jobs"])) or "-")

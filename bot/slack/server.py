@@ -126,7 +126,8 @@ class Server:
         self.notifier = None
 
     def _start_runner(self) -> None:
-        self._runner = RunnerDaemon(engine=self.engine, settings=self.settings, hardware=describe_host(),
+        self._runner = RunnerDaemon(engine=self.engine, settings=self.settings,
+                                    hardware=describe_host(self.settings),
                                     job_kinds=runner_kinds(self.settings.job_modules),
                                     config=RunnerConfig(name="serve-embedded", targets=tuple(CHIPS),
                                                         concurrency=self.options.runner_concurrency))

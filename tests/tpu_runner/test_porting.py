@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -54,7 +54,10 @@ CLOSE = {"float32": 1e-4, "bfloat16": 2e-2}
 MAX_ABS_ERR = {"float32": 1e-4, "bfloat16": 2.0**-4}
 
 
-def _in_threads[T](fn: Callable[[str], T], names: list[str]) -> dict[str, T]:
+T = TypeVar("T")
+
+
+def _in_threads(fn: Callable[[str], T], names: list[str]) -> dict[str, T]:
     with ThreadPoolExecutor(max_workers=PORT_THREADS) as pool:
         return dict(zip(names, pool.map(fn, names), strict=True))
 

@@ -52,8 +52,10 @@ def compile_probe(target: str) -> None:
 
 
 def compile_environment(base: Mapping[str, str]) -> dict[str, str]:
-    """The child's environment: the host side on the CPU, libtpu loadable beside other compiling processes."""
-    env = dict(base)
+    """The child's environment: the host side on the CPU, libtpu loadable beside other compiling processes, and
+    told it compiles for the target alone, whatever this host's TPU runtime says."""
+    # A TPU host's runtime variables describe its chips, not the target (TPU_LIBRARY_PATH names libtpu: kept).
+    env = {k: v for k, v in base.items() if not k.startswith("TPU_") or k == "TPU_LIBRARY_PATH"}
     env.update(ALLOW_MULTIPLE_LIBTPU_LOAD="1", JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
                JAX_ENABLE_COMPILATION_CACHE="false", PYTHONPATH=os.pathsep.join(
                    p for p in (str(SOURCE_ROOT), base.get("PYTHONPATH", "")) if p))

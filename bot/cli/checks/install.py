@@ -11,9 +11,11 @@ from pathlib import Path
 from bot.cli.checks.report import Check
 from bot.task_suites import SOURCE_ROOT
 from storage.settings import VARIABLES, Settings, SettingsError
+from tpu_runner.hardware import get_chip
+from tpu_runner.jax_versions import PINNED, SUPPORTED, supported
 
-MIN_PYTHON = (3, 12)
-JAX_PIN = "0.12.0.1"  # pyproject.toml's jax[tpu] pin, for fix hints when jax's own version is unknown
+MIN_PYTHON = (3, 11)
+JAX_PIN = PINNED  # pyproject.toml's jax[tpu] pin, for fix hints when jax's own version is unknown
 
 
 def installed_version(distribution: str) -> str | None:
@@ -31,7 +33,7 @@ def check_python(version: tuple[int, ...] | None = None, executable: str = sys.e
     need = ".".join(map(str, MIN_PYTHON))
     if tuple(version[:2]) >= MIN_PYTHON:
         return Check("python", "ok", f"{shown} ({executable})")
-    return Check("python", "fail", f"{shown} ({executable}) is older than the {need} jax 0.12 needs",
+    return Check("python", "fail", f"{shown} ({executable}) is older than the {need} kernelbot needs",
                  f"install Python {need} or newer; `./kb` builds .venv with one it finds (or set KERNELBOT_PYTHON)")
 
 
@@ -56,7 +58,11 @@ def check_jax() -> Check:
     except Exception as exc:
         return Check("jax", "fail", f"{shown} installed, but `import jax` fails: {type(exc).__name__}: {exc}",
                      f"reinstall matching versions: `pip install --force-reinstall 'jax[tpu]=={versions['jax']}'`")
-    return Check("jax", "ok", f"{shown}; `import jax` works ({jax.__version__})")
+    if not supported(jax.__version__):
+        return Check("jax", "warn", f"{shown}; `import jax` works, but kernelbot is tested on jax "
+                     f"{' and '.join(SUPPORTED)} only", f"on a host without a TPU: `pip install "
+                     f"'jax[tpu]=={JAX_PIN}'`; on a TPU host, its own JAX is used as installed", needed=False)
+    return Check("jax", "ok", f"{shown}; `import jax` works ({jax.__version__}, {jax.__file__})")
 
 
 def libtpu_requirement(jax_requires: Iterable[str]) -> str | None:
@@ -125,17 +131,19 @@ def check_settings(load: Callable[[], Settings]) -> tuple[Check, Settings | None
         settings
 
 
-def check_hardware(host: str | None = None) -> Check:
-    """TPU chips present, or CPU only: then results are estimates, which is fine but worth saying."""
-    from tpu_runner.evaluate import detect_host
-
-    host = host or detect_host()
-    if host == "tpu":
-        dev = Path("/dev")
-        chips = sorted(p.name for p in [*dev.glob("accel[0-9]*"), *(dev / "vfio").glob("[0-9]*")])
-        return Check("hardware", "ok", f"TPU chips on this host ({', '.join(chips) or 'found'}): times on the "
-                     "host's own generation are measured", needed=False)
-    return Check("hardware", "warn", "CPU only (no TPU chips on this host): kernels are compiled for the target "
+def check_hardware(settings: Settings | None) -> Check:
+    """This host's TPU, from its runtime's variables and device files (nothing is opened), or CPU only: then
+    results are estimates, which is fine but worth saying."""
+    target = settings.host_target if settings else None
+    if target is not None and settings is not None:
+        chip = get_chip(target)
+        if not settings.use_tpu:
+            return Check("hardware", "warn", f"a TPU {chip.name} ({chip.device_kind}) is on this host, but "
+                         "KERNELBOT_TPU=off: candidates are checked in interpret mode and their times estimated",
+                         "unset KERNELBOT_TPU to check and time them on the chip", needed=False)
+        return Check("hardware", "ok", f"TPU {chip.name} ({chip.device_kind}) on this host: the default target; "
+                     f"candidates for {chip.name} are checked and timed on the chip", needed=False)
+    return Check("hardware", "warn", "CPU only (no TPU on this host): kernels are compiled for the target "
                  "with libtpu and checked in interpret mode; their times are `estimated`, not measured",
                  "nothing to fix for estimates; for measured times run `kernelbot runner` on a TPU host",
                  needed=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bot.cli.checks.anthropic import check_anthropic
+from bot.cli.checks.chip import check_chip
 from bot.cli.checks.compile import COMPILE_TIMEOUT_S, check_compile
 from bot.cli.checks.database import check_database
 from bot.cli.checks.install import (
@@ -18,16 +19,19 @@ from bot.cli.checks.install import (
 from bot.cli.checks.report import Check
 from bot.cli.checks.slack import check_slack
 from storage.settings import Settings
+from tpu_runner.hardware import get_chip
 
 
 def run_checks(load: Callable[[], Settings], *, skip_compile: bool = False,
                compile_timeout: float = COMPILE_TIMEOUT_S) -> list[Check]:
     checks = [check_python(), check_kernelbot(), check_jax(), check_libtpu()]
     settings_check, settings = check_settings(load)
-    checks += [settings_check, check_hardware()]
+    checks += [settings_check, check_hardware(settings)]
     if settings is None:
         return checks + [Check(name, "skip", "not checked: the settings did not load")
                          for name in ("database", "compile", "slack", "anthropic")]
+    if settings.host_target and settings.use_tpu:
+        checks.append(check_chip(get_chip(settings.host_target)))
     checks.append(check_database(settings))
     if skip_compile:
         checks.append(Check("compile", "skip", f"skipped (--skip-compile); the {settings.default_target} compile "

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 
@@ -132,8 +133,8 @@ def test_render_shows_a_fix_only_under_problems_and_the_exit_code_counts_needed_
 
 
 def test_an_old_python_fails_with_the_version_needed() -> None:
-    check = check_python((3, 11, 9), "/usr/bin/python3")
-    assert check.status == "fail" and "3.11.9" in check.detail and "3.12" in check.detail
+    check = check_python((3, 10, 9), "/usr/bin/python3")
+    assert check.status == "fail" and "3.10.9" in check.detail and "3.11" in check.detail
     assert "KERNELBOT_PYTHON" in check.fix
     assert check_python().status == "ok"
 
@@ -147,10 +148,13 @@ def test_libtpu_is_checked_against_the_version_jax_pins() -> None:
     assert check_libtpu().status == "ok"
 
 
-def test_the_hardware_here_is_a_warning_that_never_fails_doctor() -> None:
-    check = check_hardware()
+def test_the_hardware_here_is_a_warning_that_never_fails_doctor(tmp_path: Path) -> None:
+    check = check_hardware(_settings(tmp_path))
     assert check.status == "warn" and not check.needed and "estimated" in check.detail
-    assert check_hardware("tpu").status == "ok"
+    on_tpu = replace(_settings(tmp_path), host_target="v5e", default_target="v5e")
+    assert check_hardware(on_tpu).status == "ok" and "TPU v5 lite" in check_hardware(on_tpu).detail
+    off = check_hardware(replace(on_tpu, use_tpu=False))
+    assert off.status == "warn" and "KERNELBOT_TPU=off" in off.detail
 
 
 # -- settings ----------------------------------------------------------------------------------------------------

@@ -1,0 +1,167 @@
+"""The offline brain's first kernels measured on this host's TPU against XLA, with the static estimate beside each.
+
+For every task of the suites (--suite, repeatable; default measured and tasks), the offline brain writes its first
+kernel for the chip of this host; all are evaluated together (`evaluate_many`: the CPU stages of several run at
+once, the chip takes them in turn), each checked at its production shapes on the chip and timed there against the
+XLA reference, interleaved, from the profiler's device lane. Printed per task: the reference's measured time, the
+verdict, the measured speedup with its spread, and the estimate beside it (and for a workload of
+benchmarks/measured, XLA's time on v6e from shared/data, for scale); per suite: the ok count, the geometric mean
+measured speedup (tasks without an ok kernel count as 1x), how many are faster beyond the spread, and the share
+of estimates within 0.8-1.25x of the measured speedup. Needs a TPU host (`kernelbot doctor` says).
+
+    .venv/bin/python benchmarks/on_chip.py [--suite measured --suite tasks] [--only NAME,NAME] [--workers 4]
+                                           [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+os.environ["JAX_PLATFORMS"] = "cpu"  # this process never holds the chip: the evaluator's children do
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import yaml  # noqa: E402
+
+from storage.settings import Settings, load_settings  # noqa: E402
+from tpu_runner.evaluate import EvalRequest, evaluate_many  # noqa: E402
+from tpu_runner.hardware import ChipSpec, get_chip  # noqa: E402
+from tpu_runner.result import EvalResult  # noqa: E402
+from tpu_runner.tasks import TaskError, load_task  # noqa: E402
+
+SUITES = {"measured": REPO / "benchmarks" / "measured", "tasks": REPO / "tasks"}
+FAITHFUL = (0.8, 1.25)  # an estimate this close to the measured speedup (as a ratio) counts as faithful
+
+
+def first_kernel(task_dir: Path, chip: ChipSpec, settings: Settings, out: Path) -> tuple[Path | None, str]:
+    """The offline brain's first kernel for the task (its own choice of parameters), or why it writes none."""
+    from agents.offline.brain import NotRecognised, offline_brain
+    from agents.offline.emit import source
+    from agents.offline.params import choose
+
+    try:
+        brain = offline_brain(load_task(task_dir), chip, settings)
+    except (TaskError, NotRecognised) as exc:
+        return None, (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+    assert brain.spec is not None
+    path = out / f"{task_dir.name}.py"
+    path.write_text(source(brain.spec, choose(brain.spec, chip)[0]))
+    return path, ""
+
+
+def _xla_v6e_ms(task_dir: Path) -> float | None:
+    path = task_dir / "kernel_task.yaml"
+    measured = (yaml.safe_load(path.read_text()) or {}).get("measured") if path.is_file() else None
+    return (measured or {}).get("xla_ms")
+
+
+def entry(task_dir: Path, why_none: str, result: EvalResult | Exception | None) -> dict:
+    e: dict = {"task": task_dir.name, "xla_v6e_ms": _xla_v6e_ms(task_dir)}
+    if result is None:
+        return {**e, "verdict": None, "error": f"no kernel: {why_none}"}
+    if isinstance(result, Exception):
+        return {**e, "verdict": None, "error": f"{type(result).__name__}: {str(result)[:200]}"}
+    e.update(verdict=result.verdict, message=result.message, seconds=round(result.timings.get("total", 0.0), 1))
+    perf = result.performance
+    if perf is not None:
+        estimate = perf.detail.get("estimate") or {}
+        e.update(method=perf.method, speedup=perf.speedup, band=perf.band, reference_ms=perf.reference,
+                 candidate_ms=perf.candidate, device=perf.detail.get("device"),
+                 iterations=perf.detail.get("iterations"), estimated_speedup=estimate.get("speedup"),
+                 roofline_fraction=perf.roofline_fraction)
+    return e
+
+
+def _ok(e: dict) -> bool:
+    return e.get("verdict") == "ok" and e.get("method") == "measured" and bool(e.get("speedup"))
+
+
+def summary(entries: list[dict]) -> dict:
+    floored = [e["speedup"] if _ok(e) else 1.0 for e in entries]
+    geomean = math.exp(sum(math.log(max(s, 1e-9)) for s in floored) / len(floored)) if floored else 1.0
+    estimated = [e for e in entries if _ok(e) and e.get("estimated_speedup")]
+    faithful = [e for e in estimated if FAITHFUL[0] <= e["estimated_speedup"] / e["speedup"] <= FAITHFUL[1]]
+    return {"tasks": len(entries), "ok": sum(_ok(e) for e in entries),
+            "faster": sum(_ok(e) and e["band"] and e["band"][0] > 1.0 for e in entries),
+            "geomean_measured": geomean, "estimates": len(estimated), "faithful_estimates": len(faithful)}
+
+
+def line(e: dict) -> str:
+    name = f"{e['task'][:44]:<44}"
+    if e.get("error"):
+        return f"  {name} {e['error'][:160]}"
+    if not _ok(e):
+        return f"  {name} {e.get('message', '')[:170]}"
+    low, high = e["band"]
+    spread = f"±{(high / low) ** 0.5 - 1:.0%}"
+    estimated = f"estimated x{e['estimated_speedup']:.2f}" if e.get("estimated_speedup") else "no estimate"
+    v6e = f"(XLA on v6e {e['xla_v6e_ms']:.3g} ms)" if e.get("xla_v6e_ms") else ""
+    return (f"  {name} ok  XLA {e['reference_ms']:.4g} ms  kernel {e['candidate_ms']:.4g} ms  "
+            f"x{e['speedup']:.2f} {spread:<5} measured, {estimated:<16} {v6e}")
+
+
+def run_suite(name: str, suite: Path, only: list[str], chip: ChipSpec, settings: Settings, root: Path,
+              workers: int) -> list[dict]:
+    tasks = [d for d in sorted(suite.iterdir()) if (d / "kernel_task.yaml").is_file() or (d / "baseline.py").is_file()]
+    tasks = [d for d in tasks if not only or d.name in only]
+    out = root / f"kernels-{name}"
+    out.mkdir(parents=True)
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=workers) as pool:  # the brain reads each task in a child of its own
+        written = list(pool.map(lambda d: first_kernel(d, chip, settings, out), tasks))
+    print(f"{name}: the offline brain wrote {sum(p is not None for p, _ in written)} kernels for {len(tasks)} tasks "
+          f"in {time.perf_counter() - t0:.0f} s", flush=True)
+    requests = [EvalRequest(d, p, chip.name) for d, (p, _) in zip(tasks, written, strict=True) if p is not None]
+
+    def done(request: EvalRequest, result: EvalResult | Exception) -> None:
+        print(line(entry(request.task_dir, "", result)), flush=True)
+
+    t0 = time.perf_counter()
+    results = iter(evaluate_many(requests, settings, workers=workers, on_done=done))
+    entries = [entry(d, why, next(results) if p is not None else None) for d, (p, why) in
+               zip(tasks, written, strict=True)]
+    print(f"{name}: evaluated {len(requests)} kernels in {time.perf_counter() - t0:.0f} s", flush=True)
+    return entries
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suite", action="append", choices=list(SUITES))
+    parser.add_argument("--only", default="", help="comma-separated task names")
+    parser.add_argument("--workers", type=int, default=4, help="evaluations at once (the chip takes them in turn)")
+    parser.add_argument("--home", type=Path, help="KERNELBOT_HOME to keep (default: a temporary one)")
+    parser.add_argument("--json", type=Path, help="also write every entry and summary here")
+    args = parser.parse_args()
+    only = [n for n in args.only.split(",") if n]
+    report = {}
+    with tempfile.TemporaryDirectory(prefix="kb-on-chip-") as tmp:
+        home = args.home or Path(tmp) / "home"
+        settings = load_settings({**os.environ, "KERNELBOT_HOME": str(home)})
+        if not settings.host_target or not settings.on_chip(settings.host_target):
+            sys.exit("benchmarks/on_chip.py needs a TPU host with KERNELBOT_TPU=auto (kernelbot doctor says)")
+        chip = get_chip(settings.host_target)
+        settings = replace(settings, default_target=chip.name)
+        for name in args.suite or ["measured", "tasks"]:
+            entries = run_suite(name, SUITES[name], only, chip, settings, Path(tmp), args.workers)
+            s = summary(entries)
+            report[name] = {"tasks": entries, "summary": s}
+            print(f"{name} summary (measured on {chip.device_kind}): {s['tasks']} tasks, {s['ok']} with an ok kernel, "
+                  f"{s['faster']} faster than XLA beyond the spread, geomean x{s['geomean_measured']:.2f} measured "
+                  f"(no ok kernel counts as x1); estimates within {FAITHFUL[0]}-{FAITHFUL[1]}x of the measured "
+                  f"speedup: {s['faithful_estimates']} of {s['estimates']}\n", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
