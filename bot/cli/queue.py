@@ -13,6 +13,7 @@ from sqlmodel import Session
 
 from bot.cli import render
 from bot.cli.common import AsJson, Target, console, err_console, get_settings, run_command
+from storage.settings import Settings
 from tpu_runner.hardware import CHIPS, get_chip
 
 _app = typer.Typer()
@@ -83,6 +84,8 @@ def runner_command(
         daemon = RunnerDaemon(engine=engine, settings=settings, config=config, hardware=describe_host(settings),
                               job_kinds=job_kinds)
 
+        if settings.host_target:
+            console.print(chip_line(settings), soft_wrap=True)
         for session_id in recover_stranded(engine):  # sessions a crash left without their job
             console.print(f"session {session_id} had work to do and no live job: queued it again")
         install_signal_handlers(daemon)
@@ -94,6 +97,20 @@ def runner_command(
         return code
 
     run_command(run)
+
+
+def chip_line(settings: Settings) -> str:
+    """What a runner starting on a TPU host says of the chip: whether it measures there, and who holds it now."""
+    from tpu_runner import chip as host_chip
+
+    assert settings.host_target is not None
+    spec = get_chip(settings.host_target)
+    if not settings.use_tpu:
+        return f"TPU {spec.name} ({spec.device_kind}) on this host is not used (KERNELBOT_TPU=off): times are estimated"
+    holders = host_chip.holders()
+    now = f"held now by {', '.join(h.describe() for h in holders)}; " if holders else ""
+    return (f"TPU {spec.name} ({spec.device_kind}) on this host: {spec.name} candidates are checked and timed on it, "
+            f"one process at a time ({now}other runners and evaluations on this host take turns with this one)")
 
 
 @_app.command("enqueue-eval")
