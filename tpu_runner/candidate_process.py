@@ -11,6 +11,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from storage.settings import EvalLimits
@@ -111,6 +112,8 @@ def run_candidate(request: CandidateRequest, *, pool: SparePool, limits: EvalLim
         on_stage(stage)
 
     on_chip = chip.runtime_files() if request.host == "tpu" else ()
+    if on_chip:
+        limits = replace(limits, memory_mib=limits.memory_mib + chip.CHIP_MEMORY_MIB)
     outcome = child.run([str(request_path)], stage_file=workdir / "stage", limits=limits, on_stage=heard,
                         gate=gate, writable=(artifacts, *on_chip), should_stop=lambda: compiles.failed)
     for log in ("stdout.txt", "stderr.txt"):

@@ -16,14 +16,14 @@ import json
 import shutil
 import threading
 import uuid
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import jax
 
 from storage.settings import EvalLimits, Settings
-from tpu_runner.chip import ChipBusy, runtime_files
+from tpu_runner.chip import CHIP_MEMORY_MIB, ChipBusy, runtime_files
 from tpu_runner.compile_service import CompileAnswer, CompileService
 from tpu_runner.hardware import ChipSpec
 from tpu_runner.inputs import EVALUATOR_CASES
@@ -89,9 +89,9 @@ class ReferenceStore:
                                    truth_gflops=self.limits.full_check_gflops)
         write_json(scratch / "request.json", request)
         env = child_environment(workdir=scratch, llo_dump_dir=None, on_tpu=on_chip, target_accelerator="v6e-1")
+        limits = replace(self.limits, memory_mib=self.limits.memory_mib + CHIP_MEMORY_MIB) if on_chip else self.limits
         outcome = run_child(module="tpu_runner.reference_run", args=[str(scratch / "request.json")],
-                            workdir=scratch, env=env, limits=self.limits,
-                            writable=runtime_files() if on_chip else ())
+                            workdir=scratch, env=env, limits=limits, writable=runtime_files() if on_chip else ())
         path = scratch / "reference_report.json"
         if outcome.returncode != 0 or not path.is_file() or outcome.timed_out or outcome.memory_exceeded:
             shutil.rmtree(scratch, ignore_errors=True)

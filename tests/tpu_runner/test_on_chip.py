@@ -42,8 +42,8 @@ def _spin_kernel(x_ref, o_ref):
 
 
 def computation(x):
-    spec = pl.BlockSpec((256, x.shape[1]), lambda i: (i, 0))
-    return pl.pallas_call(_spin_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // 256,),
+    spec = pl.BlockSpec((32, x.shape[1]), lambda i: (i, 0))  # 1 MiB blocks: within v5e's default scoped VMEM
+    return pl.pallas_call(_spin_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // 32,),
                           in_specs=[spec], out_specs=spec)(x)
 '''
 
@@ -62,9 +62,9 @@ def _copy_kernel(x_ref, o_ref):
 def computation(x):
     rows, cols = x.shape
     wide = pl.pallas_call(
-        _copy_kernel, out_shape=jax.ShapeDtypeStruct((COPIES, rows, cols), x.dtype), grid=(COPIES, rows // 256),
-        in_specs=[pl.BlockSpec((256, cols), lambda c, i: (i, 0))],
-        out_specs=pl.BlockSpec((1, 256, cols), lambda c, i: (c, i, 0)))(x)
+        _copy_kernel, out_shape=jax.ShapeDtypeStruct((COPIES, rows, cols), x.dtype), grid=(COPIES, rows // 32),
+        in_specs=[pl.BlockSpec((32, cols), lambda c, i: (i, 0))],
+        out_specs=pl.BlockSpec((1, 32, cols), lambda c, i: (c, i, 0)))(x)
     return jax.nn.softmax(jnp.sum(wide, axis=0) / COPIES, axis=-1)
 '''
 

@@ -49,9 +49,11 @@ KNOWN_GOOD = {"causal_attention": "causal_attention.py",
               "causal_attention_explicit": "causal_attention.py"}
 MODULES = sorted(OFFLINE) + sorted(KNOWN_GOOD)
 # How close the written reference must be to PyTorch, per output dtype: elementwise as atol and rtol, and the
-# port's max |diff| in absolute terms (for bf16, one rounding step of an output between 8 and 16).
+# port's max |diff| in absolute terms (for bf16, one rounding step of an output between 64 and 128: the bf16 module
+# multiplies randn matrices over K=512, so its outputs reach ~100, and PyTorch's CPU bf16 matmul rounds otherwise than
+# XLA from torch 2.11 on - one step apart at the largest outputs).
 CLOSE = {"float32": 1e-4, "bfloat16": 2e-2}
-MAX_ABS_ERR = {"float32": 1e-4, "bfloat16": 2.0**-4}
+MAX_ABS_ERR = {"float32": 1e-4, "bfloat16": 2.0**-1}
 
 
 T = TypeVar("T")
