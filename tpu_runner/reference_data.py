@@ -89,7 +89,9 @@ class ReferenceStore:
                                    truth_gflops=self.limits.full_check_gflops)
         write_json(scratch / "request.json", request)
         env = child_environment(workdir=scratch, llo_dump_dir=None, on_tpu=on_chip, target_accelerator="v6e-1")
-        limits = replace(self.limits, memory_mib=self.limits.memory_mib + CHIP_MEMORY_MIB) if on_chip else self.limits
+        # On the chip one child computes the production outputs of every task asked for: a wall limit each.
+        limits = replace(self.limits, memory_mib=self.limits.memory_mib + CHIP_MEMORY_MIB,
+                         wall_seconds=self.limits.wall_seconds * len(tasks)) if on_chip else self.limits
         outcome = run_child(module="tpu_runner.reference_run", args=[str(scratch / "request.json")],
                             workdir=scratch, env=env, limits=limits, writable=runtime_files() if on_chip else ())
         path = scratch / "reference_report.json"

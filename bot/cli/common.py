@@ -37,6 +37,7 @@ def _friendly(exc: Exception) -> tuple[str, str] | None:
     from bot.slack.app import SlackSettingsError
     from storage.migrate import SchemaNewer, SchemaOutdated
     from storage.queue import JobNotFound
+    from tpu_runner.chip import ChipBusy
     from tpu_runner.evaluate import KernelFileError
     from tpu_runner.porting import PortUnavailable
 
@@ -49,6 +50,8 @@ def _friendly(exc: Exception) -> tuple[str, str] | None:
         (TaskError, "check the task directory (reference.py + kernel_task.yaml, or baseline.py); "
                     "`kernelbot tasks` lists valid ones"),
         (KernelFileError, "pass the path of a Python file that defines computation(...)"),
+        (ChipBusy, "run it again once the TPU is free, or with KERNELBOT_TPU=off to check it in interpret mode "
+                   "and estimate its time"),
         (UnknownTarget, f"use --target with one of {', '.join(CHIPS)}"),
         (SettingsError, "fix the environment variable named above"),
         (SchemaOutdated, "run `kernelbot db upgrade`"),
