@@ -20,7 +20,7 @@ from tpu_runner.compile_service import CompileAnswer, CompileService
 from tpu_runner.hardware import ChipSpec
 from tpu_runner.protocol import CandidateReport, CandidateRequest, write_json
 from tpu_runner.result import EvalError, Stage
-from tpu_runner.sandbox import ChildOutcome, Gate, child_environment
+from tpu_runner.sandbox import ChildOutcome, Gate, child_environment, untrusted_reads
 from tpu_runner.spares import SparePool
 
 IrGate = Callable[[str], str | None]  # normalised IR digest -> None to go on, or what it duplicates to stop
@@ -83,10 +83,12 @@ def stopped_error(outcome: ChildOutcome, limits_wall: int, memory_mib: int) -> t
 
 
 def run_candidate(request: CandidateRequest, *, pool: SparePool, limits: EvalLimits, compiles: CandidateCompiles,
-                  ir_gate: IrGate | None, on_stage: Callable[[str], None]
+                  ir_gate: IrGate | None, on_stage: Callable[[str], None], private: tuple[Path, ...] = ()
                   ) -> tuple[ChildOutcome, CandidateReport | None]:
     """Run the candidate's child on `request` to its end; its logs are moved into the work directory. The report
-    is None when the child did not finish (a limit, a crash, or stopped because a compile had already failed)."""
+    is None when the child did not finish (a limit, a crash, or stopped because a compile had already failed). The
+    child reads only what importing Python, JAX, the task and the kernel needs: never `private` (the runner's home
+    and caches)."""
     workdir, artifacts = Path(request.workdir), Path(request.artifacts_dir)
 
     def env_for(scratch: Path) -> dict[str, str]:
@@ -115,7 +117,8 @@ def run_candidate(request: CandidateRequest, *, pool: SparePool, limits: EvalLim
     if on_chip:
         limits = replace(limits, memory_mib=limits.memory_mib + chip.CHIP_MEMORY_MIB)
     outcome = child.run([str(request_path)], stage_file=workdir / "stage", limits=limits, on_stage=heard,
-                        gate=gate, writable=(artifacts, *on_chip), should_stop=lambda: compiles.failed)
+                        gate=gate, writable=(artifacts, *on_chip), should_stop=lambda: compiles.failed,
+                        reads=untrusted_reads(Path(request.task_dir), private=private))
     for log in ("stdout.txt", "stderr.txt"):
         if (child.scratch / log).is_file():
             shutil.move(child.scratch / log, workdir / log)

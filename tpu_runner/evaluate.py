@@ -138,6 +138,7 @@ class _Evaluation:
             budget=Budget(limits.full_check_elements, limits.full_check_gflops * 1e9, limits.interpret_grid_steps),
             measure=self.request.measure, ir_gate=self.ir_gate is not None)
         outcome, report = run_candidate(request, pool=self.pool, limits=limits, compiles=compiles,
+                                        private=(self.settings.home, self.settings.cache_dir),
                                         ir_gate=self.ir_gate, on_stage=self.stage)
         if (self.workdir / "stderr.txt").exists():
             self.artifact_map["log"] = str(self.workdir / "stderr.txt")

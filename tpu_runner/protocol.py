@@ -56,11 +56,13 @@ class SandboxLimits:
 
 @dataclass(frozen=True)
 class ChildStart:
-    """A waiting child's first line on stdin: the arguments of the code it imported, and the directories it may
-    write besides its working directory (Landlock)."""
+    """A waiting child's first line on stdin: the arguments of the code it imported, the directories it may
+    write besides its working directory, and - for a child that runs untrusted code - what it may read (Landlock)."""
 
     argv: list[str]
     writable: list[str] = field(default_factory=list)
+    readable: list[str] | None = None  # None: reads not confined (code the runner trusts)
+    listable: list[str] = field(default_factory=list)  # directories whose entries may be looked up, not read
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -70,7 +72,9 @@ class ChildStart:
         data = json.loads(text)
         if isinstance(data, list):  # the bare form: arguments only
             return cls(argv=[str(a) for a in data])
-        return cls(argv=list(data["argv"]), writable=list(data.get("writable", [])))
+        readable = data.get("readable")
+        return cls(argv=list(data["argv"]), writable=list(data.get("writable", [])),
+                   readable=None if readable is None else list(readable), listable=list(data.get("listable", [])))
 
 
 @dataclass(frozen=True)

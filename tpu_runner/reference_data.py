@@ -28,7 +28,7 @@ from tpu_runner.compile_service import CompileAnswer, CompileService
 from tpu_runner.hardware import ChipSpec
 from tpu_runner.inputs import EVALUATOR_CASES
 from tpu_runner.protocol import ExportedTask, OutputJob, ReferenceReport, ReferenceRequest, write_json
-from tpu_runner.sandbox import ChildOutcome, child_environment, run_child
+from tpu_runner.sandbox import ChildOutcome, child_environment, run_child, untrusted_reads
 from tpu_runner.tasks import Configuration, Task, TaskError, config_from_json
 
 NUMERICS = "tpu-default-v2"  # how the reference's outputs are computed (numerics.as_on_tpu); part of every key
@@ -93,7 +93,9 @@ class ReferenceStore:
         limits = replace(self.limits, memory_mib=self.limits.memory_mib + CHIP_MEMORY_MIB,
                          wall_seconds=self.limits.wall_seconds * len(tasks)) if on_chip else self.limits
         outcome = run_child(module="tpu_runner.reference_run", args=[str(scratch / "request.json")],
-                            workdir=scratch, env=env, limits=limits, writable=runtime_files() if on_chip else ())
+                            workdir=scratch, env=env, limits=limits, writable=runtime_files() if on_chip else (),
+                            reads=untrusted_reads(*(t.path for t in tasks),
+                                                  private=(self.cache_dir, self.sandbox_dir.parent)))
         path = scratch / "reference_report.json"
         if outcome.returncode != 0 or not path.is_file() or outcome.timed_out or outcome.memory_exceeded:
             shutil.rmtree(scratch, ignore_errors=True)

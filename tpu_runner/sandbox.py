@@ -81,6 +81,41 @@ def import_path() -> str:
     return os.pathsep.join(p for p in (str(SOURCE_ROOT), os.environ.get("PYTHONPATH", "")) if p)
 
 
+# The system's libraries and the few files of /etc that loading Python, numpy and JAX reads; not /etc as a whole
+# (a runner's environment file with its tokens may be there), nor /tmp, /home, /root or /opt.
+SYSTEM_READS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/dev", "/proc", "/sys", "/etc/ld.so.cache",
+                "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/passwd", "/etc/group",
+                "/etc/nsswitch.conf", "/etc/os-release", "/etc/ssl", "/etc/alternatives", "/etc/mime.types")
+PACKAGES = ("tpu_runner", "storage", "agents", "bot", "tasks")  # of the source tree, what a child imports or reads
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What a child running a candidate's or a task's code may read (besides what it may write)."""
+
+    readable: list[str]
+    listable: list[str]
+
+
+def untrusted_reads(*paths: Path, private: tuple[Path, ...] = ()) -> Reads:
+    """Reads for a child running untrusted code: the interpreter and its import path (this process's, which the
+    child is given), kernelbot's packages and built-in tasks, the system's libraries, and `paths` (the task, the
+    kernel). An import-path entry that holds one of `private` (the runner's home, its caches) is left out - the
+    source root is only listed, so that imports find its packages while a data directory beside them stays shut."""
+    root = SOURCE_ROOT.resolve()
+    shut = [p.resolve() for p in private]
+    entries = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *sys.path,
+               *os.environ.get("PYTHONPATH", "").split(os.pathsep)}
+    readable = []
+    for entry in sorted(e for e in entries if e and os.path.isabs(e)):
+        where = Path(entry).resolve()
+        if where == root or any(p == where or where in p.parents for p in shut):
+            continue
+        readable.append(str(where))
+    readable += [str(root / name) for name in PACKAGES] + list(SYSTEM_READS) + [str(p) for p in paths]
+    return Reads(readable=readable, listable=[str(root)])
+
+
 def _rss_mib(pid: int) -> float:
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -138,10 +173,12 @@ class SandboxProcess:
 
     def run(self, args: list[str], *, stage_file: Path, limits: EvalLimits,
             on_stage: Callable[[str], None] | None = None, gate: Gate | None = None,
-            writable: tuple[Path, ...] = (), should_stop: Callable[[], bool] | None = None) -> ChildOutcome:
+            writable: tuple[Path, ...] = (), should_stop: Callable[[], bool] | None = None,
+            reads: Reads | None = None) -> ChildOutcome:
         """Hand the child its arguments and supervise it until it ends, a limit stops it or `should_stop` says so.
 
-        The child may write only beneath its scratch directory and `writable` (Landlock, see sandbox_entry).
+        The child may write only beneath its scratch directory and `writable` (Landlock, see sandbox_entry); with
+        `reads` (a child running untrusted code), read only what they allow besides those.
         With a gate, stdin stays open: when the child writes the gate's file, the gate's answer (one line) is
         sent back and the child goes on or stops."""
         start = time.monotonic()
@@ -154,7 +191,9 @@ class SandboxProcess:
         with _running_lock:
             _running.add(proc)
         try:
-            stdin.write((ChildStart(argv=args, writable=[str(p) for p in writable]).to_json() + "\n").encode())
+            hello = ChildStart(argv=args, writable=[str(p) for p in writable],
+                               readable=reads.readable if reads else None, listable=reads.listable if reads else [])
+            stdin.write((hello.to_json() + "\n").encode())
             stdin.flush()
             if gate is None:
                 stdin.close()
@@ -237,10 +276,12 @@ def spawn(*, target: str, scratch: Path, env: dict[str, str], limits: EvalLimits
 
 
 def run_child(*, module: str, args: list[str], workdir: Path, env: dict[str, str], limits: EvalLimits,
-              on_stage: Callable[[str], None] | None = None, writable: tuple[Path, ...] = ()) -> ChildOutcome:
+              on_stage: Callable[[str], None] | None = None, writable: tuple[Path, ...] = (),
+              reads: Reads | None = None) -> ChildOutcome:
     """Spawn a child in `workdir` and run it to the end: the cold path, without a spare."""
     child = spawn(target=module, scratch=workdir, env=env, limits=limits)
-    return child.run(args, stage_file=workdir / "stage", limits=limits, on_stage=on_stage, writable=writable)
+    return child.run(args, stage_file=workdir / "stage", limits=limits, on_stage=on_stage, writable=writable,
+                     reads=reads)
 
 
 def run_one_shot(*, module: str, root: Path, prefix: str, limits: EvalLimits,

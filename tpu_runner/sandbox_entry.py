@@ -5,8 +5,10 @@ JSON on stdin (`protocol.ChildStart`): the arguments, as a list or as `{"argv": 
 free of heavy imports (the protocol's records are plain dataclasses) so the limits and the network namespace are
 in place before JAX, libtpu or any candidate code is loaded; the module is imported before its arguments arrive,
 so a spare starts at once. Once they arrive, and before any of the code they name
-runs, Landlock confines writes to the working directory and the `writable` directories: a candidate cannot
-touch the database, the caches or other evaluations' artifacts. `KERNELBOT_SANDBOX` tells the code what holds.
+runs, Landlock confines writes to the working directory and the `writable` directories, and - for a child that
+runs a candidate's or a task's code - reads to what importing Python, JAX and that code needs: a candidate can
+neither touch nor read the database, the caches, the settings or other evaluations' artifacts.
+`KERNELBOT_SANDBOX` tells the code what holds.
 """
 
 from __future__ import annotations
@@ -77,16 +79,17 @@ def isolate_network() -> str | None:
     return None
 
 
-def confine_writes(writable: list[str]) -> str:
+def confine(writable: list[str], readable: list[str] | None, listable: list[str]) -> str:
     """Landlock on the given trees; returns what the sandbox holds, for the code to report."""
     from tpu_runner.landlock import LandlockUnavailable, restrict_writes
 
+    what = "writes" if readable is None else "writes and reads"
     try:
-        abi = restrict_writes(writable)
+        abi = restrict_writes(writable, readable, listable)
     except LandlockUnavailable as exc:
-        print(f"sandbox: writes are not confined ({exc})", file=sys.stderr)
-        return f"writes unconfined: {exc}"
-    return f"writes confined (Landlock ABI {abi})"
+        print(f"sandbox: {what} are not confined ({exc})", file=sys.stderr)
+        return f"{what} unconfined: {exc}"
+    return f"{what} confined (Landlock ABI {abi})"
 
 
 def main() -> None:
@@ -100,7 +103,7 @@ def main() -> None:
     if not line:
         return  # discarded unused
     start = ChildStart.from_json(line)
-    os.environ["KERNELBOT_SANDBOX"] = confine_writes([os.getcwd(), *start.writable])
+    os.environ["KERNELBOT_SANDBOX"] = confine([os.getcwd(), *start.writable], start.readable, start.listable)
     die_with_supervisor()  # after Landlock, which binds only the thread that asks for it and threads started later
     sys.argv = [target, *start.argv]
     if module is None:  # a script path (the sandbox's own tests use this)

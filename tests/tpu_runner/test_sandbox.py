@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from storage.settings import EvalLimits
-from tpu_runner.sandbox import child_environment, run_child, spawn
+from tpu_runner.sandbox import child_environment, run_child, spawn, untrusted_reads
 from tpu_runner.spares import SparePool
 
 PROBE = """
@@ -169,3 +169,39 @@ def test_a_child_writes_only_beneath_its_scratch_directory_and_what_it_is_given(
         assert f"'{name}': 'PermissionError'" in outcome.stdout_tail, outcome.stdout_tail
     assert "writes confined (Landlock ABI" in outcome.stdout_tail
     assert (outside / "kernelbot.db").read_text() == "the database" and not (outside / "planted.txt").exists()
+
+
+def test_a_child_running_untrusted_code_reads_only_what_importing_it_needs(tmp_path: Path) -> None:
+    """Reads confined: the database, the caches, the settings and other evaluations are unreadable, while Python,
+    numpy, JAX and the task's own files load as they must."""
+    home, task = tmp_path / "runner-home", tmp_path / "task"
+    for path, text in ((home / "kernelbot.db", "the database"), (home / "cache" / "outputs.npz", "the answers"),
+                       (home / "artifacts" / "other-eval" / "candidate.py", "someone's kernel"),
+                       (tmp_path / "config.toml", "ANTHROPIC_API_KEY = 'sk'"), (task / "reference.py", "x = 1")):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    script = _script(tmp_path, textwrap.dedent("""\
+        import os, sys
+        import numpy, jax.numpy as jnp  # imported after the confinement: they must still load
+        results = {"jax": float(jnp.ones(3).sum())}
+        for name in ("database", "cache", "other", "settings", "task", "home_listing"):
+            path = dict(zip(("database", "cache", "other", "settings", "task", "home_listing"), sys.argv[1:]))[name]
+            try:
+                results[name] = os.listdir(path) and "listed" if os.path.isdir(path) else open(path).read()[:4]
+            except OSError as exc:
+                results[name] = type(exc).__name__
+        print(results, os.environ.get("KERNELBOT_SANDBOX"))
+    """))
+    workdir = tmp_path / "work"
+    env = child_environment(workdir=workdir, llo_dump_dir=None, on_tpu=False, target_accelerator="v6e-1")
+    child = spawn(target=str(script), scratch=workdir, env=env, limits=EvalLimits(wall_seconds=60))
+    outcome = child.run([str(home / "kernelbot.db"), str(home / "cache" / "outputs.npz"),
+                         str(home / "artifacts" / "other-eval" / "candidate.py"), str(tmp_path / "config.toml"),
+                         str(task / "reference.py"), str(home)], stage_file=workdir / "stage",
+                        limits=EvalLimits(wall_seconds=60), reads=untrusted_reads(task, script, private=(home,)))
+    assert outcome.returncode == 0, outcome.stderr_tail
+    out = outcome.stdout_tail
+    assert "'jax': 3.0" in out and "'task': 'x = '" in out, out
+    for name in ("database", "cache", "other", "settings", "home_listing"):
+        assert f"'{name}': 'PermissionError'" in out, out
+    assert "writes and reads confined (Landlock ABI" in out
