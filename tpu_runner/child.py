@@ -33,6 +33,7 @@ from tpu_runner.errors import from_exception
 from tpu_runner.hardware import ChipSpec, get_chip
 from tpu_runner.inputs import EVALUATOR_CASES
 from tpu_runner.ir import ir_digest
+from tpu_runner.measure import measure_pair  # imported before the candidate: its functions are watched (integrity)
 from tpu_runner.protocol import (
     Budget,
     CandidateReport,
@@ -258,7 +259,6 @@ class CandidateStages:
 
     def time_on_this_host(self, task: Task, ref_fn: Any, cand_fn: Any, prod: list[Configuration]) -> None:
         from tpu_runner.inputs import Case, case_inputs
-        from tpu_runner.measure import measure_pair
 
         config = prod[0]
         atol, rtol = task.tolerance(0)

@@ -2,8 +2,9 @@
 
 Taken before the candidate is imported and checked after it ran: every public function and class of the JAX,
 numpy and pipeline modules the child uses afterwards, by identity and by code object. Patching one of them
-(through any door the static check missed) would let a candidate change how its outputs are saved or its
-program lowered; a changed entry stops the evaluation as `harness_tamper`.
+(reflection on a library is refused by the static check; anything it lets through is caught here) would let a
+candidate change how its outputs are saved, its program lowered or its time measured; a changed entry stops the
+evaluation as `harness_tamper`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ WATCHED_MODULES = (
     "jax.experimental.pallas", "jax.experimental.pallas.tpu", "numpy", "json",
     "tpu_runner.arrays", "tpu_runner.correctness", "tpu_runner.compare", "tpu_runner.inputs", "tpu_runner.traffic",
     "tpu_runner.coverage", "tpu_runner.structure", "tpu_runner.compile", "tpu_runner.child", "tpu_runner.tasks",
-    "tpu_runner.checkshapes", "tpu_runner.jaxpr_walk", "tpu_runner.ir",
+    "tpu_runner.checkshapes", "tpu_runner.jaxpr_walk", "tpu_runner.ir", "tpu_runner.measure", "jax.profiler",
+    "jax._src.profiler",
 )
 
 

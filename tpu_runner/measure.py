@@ -20,6 +20,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import jax.profiler  # loaded now, so that the integrity check watches it from before the candidate runs
 import numpy as np
 
 from tpu_runner.compare import compare_outputs

@@ -23,17 +23,35 @@ ALLOWED_IMPORTS = frozenset({
     "math", "numbers", "operator", "typing", "typing_extensions", "numpy", "numpy.typing", "jax", "ml_dtypes",
 })
 PREFIX_IMPORTS = ("jax.",)  # public JAX: jax.numpy, jax.lax, jax.experimental.pallas.ops.tpu.splash_attention, ...
-# Parts of JAX that reach the host, the process, foreign code or the harness's own tools.
-FORBIDDEN_MODULES = ("jax._src", "jax.experimental.host_callback", "jax.experimental.compilation_cache",
+# Parts of JAX that reach the host, the process, foreign code or the harness's own tools - public and private
+# alike: host work escapes the timed region, configuration changes how the reference runs beside the candidate,
+# the profiler and export are how the candidate is timed and compiled. The rest of `jax._src` is JAX's own code,
+# which its packaged Pallas kernels import.
+FORBIDDEN_MODULES = ("jax.experimental.host_callback", "jax.experimental.compilation_cache",
                      "jax.experimental.jax2tf", "jax.experimental.serialize_executable",
                      "jax.experimental.colocated_python", "jax.experimental.multihost_utils", "jax.profiler",
                      "jax.debug", "jax.monitoring", "jax.ffi",
                      "jax.extend", "jax.distributed", "jax.export", "jax.experimental.buffer_callback",
-                     "jax.experimental.mosaic.gpu", "jax.interpreters")
+                     "jax.experimental.mosaic.gpu", "jax.interpreters",
+                     "jax._src.profiler", "jax._src.config", "jax._src.callback", "jax._src.debugging",
+                     "jax._src.ffi", "jax._src.export", "jax._src.compilation_cache", "jax._src.monitoring",
+                     "jax._src.distributed", "jax._src.dispatch", "jax._src.interpreters", "jax._src.xla_bridge",
+                     "jax._src.compiler", "jax._src.cache_key", "jax._src.stages", "jax._src.api_util")
+JAX_INTERNALS = "jax._src"  # the one private path a candidate may import from (see FORBIDDEN_MODULES)
+# Builtins refused wherever they are named, each for a harm isolation cannot contain: `open` reads files, which not
+# every host confines (gVisor has no Landlock); dynamic code (`exec`, `eval`, `compile`, `__import__`) and the
+# namespaces (`globals`, `locals`, `vars`) hide from this check what they reach - a library to patch in the process
+# that is checked and timed; `id` keys caches on objects; the rest wait on or talk to a person.
 FORBIDDEN_CALLS = frozenset({
-    "open", "exec", "eval", "compile", "__import__", "globals", "locals", "vars", "getattr", "setattr",
-    "delattr", "input", "breakpoint", "id", "memoryview", "exit", "quit", "help",
+    "open", "exec", "eval", "compile", "__import__", "globals", "locals", "vars", "input", "breakpoint", "id",
+    "memoryview", "exit", "quit", "help",
 })
+# Reflection, allowed as a direct call where this check sees its target: a constant name is checked as `obj.name`
+# would be; a computed one only on the candidate's own object (`self` in a method: a `set_weights` helper). Named
+# anywhere else (passed around, aliased) it would reach attributes this check cannot see.
+REFLECTION = frozenset({"getattr", "setattr", "delattr", "hasattr"})
+# Methods called without being named in the module: dunders, and JAX's pytree protocol.
+IMPLICITLY_CALLED = frozenset({"tree_flatten", "tree_unflatten"})
 # Attributes that reach host callbacks, process-wide configuration, timing, the profiler or files, when taken
 # from an imported module (jax.config, np.load): a class of the candidate's may well have a `config`.
 MODULE_ATTRIBUTES = frozenset({
@@ -81,8 +99,10 @@ def _violation(kind: str, node: ast.AST | None, detail: str) -> StaticViolation:
 
 
 def _forbidden(name: str) -> bool:
+    inside = name == JAX_INTERNALS or name.startswith(JAX_INTERNALS + ".")
+    parts = name.split(".")[2:] if inside else name.split(".")
     return (any(name == bad or name.startswith(bad + ".") for bad in FORBIDDEN_MODULES)
-            or any(part.startswith("_") for part in name.split(".") if part != "__future__"))
+            or any(part.startswith("_") for part in parts if part != "__future__"))
 
 
 def module_allowed(name: str) -> bool:
@@ -133,11 +153,37 @@ def _is_attribute_chain(node: ast.expr) -> bool:
     return isinstance(node, ast.Name)
 
 
+def _referenced(tree: ast.Module) -> set[str]:
+    """Every name the module uses, as a name, an attribute or a string (`getattr(self, "helper")`)."""
+    used: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            used.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            used.add(node.attr)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            used.add(node.value)
+    return used
+
+
+def dead_functions(tree: ast.Module) -> set[ast.AST]:
+    """Module-level functions and methods that nothing in the module calls or names (undecorated, not dunders or
+    the pytree protocol, not an entry point): code that never runs, which this check does not hold against the
+    candidate. Boilerplate helpers (`set_weights`, `save`) are such."""
+    used = _referenced(tree)
+    bodies = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    bodies += [m for c in tree.body if isinstance(c, ast.ClassDef) for m in c.body if isinstance(m, ast.FunctionDef)]
+    return {f for f in bodies if f.name not in used and not f.decorator_list and f.name not in ENTRY_POINTS
+            and not (f.name.startswith("__") and f.name.endswith("__")) and f.name not in IMPLICITLY_CALLED}
+
+
 class _Checker(ast.NodeVisitor):
-    def __init__(self, module_names: set[str], own_private: set[str]):
+    def __init__(self, module_names: set[str], own_private: set[str], dead: set[ast.AST] = frozenset()):
         self.module_names = module_names
         self.own_private = own_private
+        self.dead = dead
         self.modules: set[str] = set()  # names bound to imported modules (or to attribute paths into them)
+        self.jax_names: set[str] = set()  # names bound to the jax package itself (`jax._src` is theirs)
         self.has_pallas_call = False
         self.function_depth = 0
         self.class_depth = 0
@@ -147,8 +193,8 @@ class _Checker(ast.NodeVisitor):
         if not module_allowed(name):
             raise _violation("forbidden_import", node, f"import of {name!r} is not allowed; allowed: "
                              f"{', '.join(sorted(ALLOWED_IMPORTS))} and public jax.* modules such as jax.numpy, "
-                             "jax.experimental.pallas and its ops (not jax._src, host callbacks, the profiler, FFI "
-                             "or export)")
+                             "jax.experimental.pallas and its ops, and JAX's own jax._src (not host callbacks, "
+                             "configuration, the profiler, FFI or export, public or private)")
         if name.startswith(PALLAS_OPS):
             self.has_pallas_call = True
 
@@ -156,6 +202,8 @@ class _Checker(ast.NodeVisitor):
         for alias in node.names:
             self._check_module(node, alias.name)
             self.modules.add(alias.asname or alias.name.split(".")[0])
+            if alias.name == "jax" or (alias.asname is None and alias.name.startswith("jax.")):
+                self.jax_names.add(alias.asname or "jax")
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.level:
@@ -194,12 +242,49 @@ class _Checker(ast.NodeVisitor):
                 and isinstance(func.value, ast.Name) and func.value.id in self.module_names):
             raise _violation("global_state", node, f"{func.value.id}.{func.attr}() from a function changes "
                              "module-level state between calls (a cache on inputs); kernels must be pure")
+        if isinstance(func, ast.Name) and func.id in REFLECTION:
+            self._check_reflection(node, func.id)
+            for arg in [*node.args, *node.keywords]:
+                self.visit(arg)
+            return
+        if self._own_object_setattr(node):  # a frozen dataclass setting its own field: object.__setattr__(self, ...)
+            for arg in [*node.args, *node.keywords]:
+                self.visit(arg)
+            return
         self.generic_visit(node)
+
+    def _own(self, node: ast.expr) -> bool:
+        """Is this the candidate's own object: `self` or `cls` inside one of its classes' methods?"""
+        return isinstance(node, ast.Name) and node.id in ("self", "cls") and bool(self.class_depth) \
+            and bool(self.function_depth)
+
+    def _own_object_setattr(self, node: ast.Call) -> bool:
+        func = node.func
+        return (isinstance(func, ast.Attribute) and func.attr == "__setattr__" and isinstance(func.value, ast.Name)
+                and func.value.id == "object" and bool(node.args) and self._own(node.args[0]))
+
+    def _check_reflection(self, node: ast.Call, name: str) -> None:
+        """getattr/setattr/delattr/hasattr: a constant name is checked as the attribute itself would be; a computed
+        one only on the candidate's own object; nothing set or deleted on a module."""
+        if len(node.args) < 2 or node.keywords:
+            raise _violation("forbidden_call", node, f"{name}() needs an object and an attribute name, as arguments")
+        target, attr = node.args[0], node.args[1]
+        if isinstance(attr, ast.Constant) and isinstance(attr.value, str):
+            ctx: ast.expr_context = ast.Store() if name in ("setattr", "delattr") else ast.Load()
+            self.visit_Attribute(ast.copy_location(ast.Attribute(value=target, attr=attr.value, ctx=ctx), node))
+            return
+        if not self._own(target):
+            raise _violation("forbidden_call", node, f"{name}() with a computed attribute name is allowed on the "
+                             "candidate's own object (self in a method) only: elsewhere it reaches attributes this "
+                             "check cannot see (a library's, to patch the process that is checked and timed)")
 
     def visit_Name(self, node: ast.Name) -> None:
         # Any use, not only a call: `run = eval` would otherwise smuggle the builtin out under another name.
         if node.id in FORBIDDEN_CALLS:
             raise _violation("forbidden_call", node, f"{node.id}() is not allowed in a kernel, nor is naming it")
+        if node.id in REFLECTION:  # direct calls are checked in visit_Call and never reach here
+            raise _violation("forbidden_call", node, f"{node.id} may only be called directly (passed around, it "
+                             "reaches attributes this check cannot see)")
         if node.id in BROAD_EXCEPTIONS:
             raise _violation("broad_except", node, f"{node.id} catches every failure (a fallback to another "
                              "implementation); catch a specific exception type or let errors surface")
@@ -215,6 +300,14 @@ class _Checker(ast.NodeVisitor):
             raise _violation("forbidden_attribute", node, f"private attribute {attr!r}: it leads to the "
                              "interpreter's internals, which a kernel has no use for")
         private = attr.startswith("_") and not (attr.startswith("__") and attr.endswith("__"))
+        if attr == "_src" and isinstance(node.value, ast.Name) and node.value.id in self.jax_names:
+            private = False  # JAX's own code, as importable (its forbidden parts are checked as paths below)
+        if from_module and _is_attribute_chain(node) and isinstance(_root(node), ast.Name) and \
+                _root(node).id in self.jax_names:  # type: ignore[attr-defined]
+            path = "jax" + ast.unparse(node)[len(_root(node).id):]  # type: ignore[attr-defined]
+            if path.startswith(JAX_INTERNALS) and _forbidden(path):
+                raise _violation("forbidden_attribute", node, f"{path} is one of JAX's parts a kernel may not use "
+                                 "(host callbacks, configuration, the profiler, FFI, export)")
         if private and (from_module or not (attr in self.own_private or attr in NAMEDTUPLE_API)):
             raise _violation("forbidden_attribute", node, f"private attribute {attr!r}: candidates may use "
                              "private names of their own classes, not those of libraries or arrays")
@@ -267,6 +360,8 @@ class _Checker(ast.NodeVisitor):
     def _visit_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> None:
         if isinstance(node, ast.AsyncFunctionDef):
             raise _violation("forbidden_call", node, "async functions are not allowed in a kernel")
+        if node in self.dead:
+            return  # never called: what it names cannot run
         self.function_depth += 1
         self.generic_visit(node)
         self.function_depth -= 1
@@ -314,7 +409,7 @@ def check_source(source: str, *, expected_params: int | None, allow_pure_jax: bo
     if node is None:
         raise _violation("missing_entry_point", None, "the module must define a top-level function `computation` "
                                                     "(or JAXBench's `workload`)")
-    checker = _Checker(_module_level_names(tree), _own_private_names(tree))
+    checker = _Checker(_module_level_names(tree), _own_private_names(tree), dead_functions(tree))
     checker.visit(tree)
     if expected_params is not None and params is not None and params != expected_params:
         raise _violation("wrong_signature", node, f"computation takes {params} positional parameters; the reference "
