@@ -82,7 +82,13 @@ def _missing_region(bm: Any, grid: tuple[int, ...], label: str) -> str | None:
     if total > MAX_BLOCKS:
         return "too large"
     written = np.zeros(counts, dtype=bool)
-    if math.prod(grid) > 0:
+    if not grid:  # no grid: one step, at the block its index map gives with no grid indices
+        from jax.extend import core as jex_core
+
+        index = tuple(int(i) for i in jex_core.jaxpr_as_fun(bm.index_map_jaxpr)())
+        if all(0 <= i < c for i, c in zip(index, counts, strict=True)):
+            written[index] = True
+    elif math.prod(grid) > 0:
         evaluate = vectorised([bm.index_map_jaxpr], len(grid))
         for chunk in grid_chunks(grid):
             columns = [chunk[:, axis] for axis in range(len(grid))]

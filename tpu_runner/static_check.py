@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from tpu_runner import kernelbench
 from tpu_runner.result import EvalError
 
 # Modules a candidate may import, by exact name or (PREFIX_IMPORTS) with any submodule.
@@ -50,8 +51,9 @@ FORBIDDEN_CALLS = frozenset({
 # would be; a computed one only on the candidate's own object (`self` in a method: a `set_weights` helper). Named
 # anywhere else (passed around, aliased) it would reach attributes this check cannot see.
 REFLECTION = frozenset({"getattr", "setattr", "delattr", "hasattr"})
-# Methods called without being named in the module: dunders, and JAX's pytree protocol.
-IMPLICITLY_CALLED = frozenset({"tree_flatten", "tree_unflatten"})
+# Functions called without being named in the module: dunders, JAX's pytree protocol, and what the evaluator calls
+# on a KernelBench-style module (its model's forward, its get_init_inputs).
+IMPLICITLY_CALLED = frozenset({"tree_flatten", "tree_unflatten", "forward", "get_inputs", "get_init_inputs"})
 # Attributes that reach host callbacks, process-wide configuration, timing, the profiler or files, when taken
 # from an imported module (jax.config, np.load): a class of the candidate's may well have a `config`.
 MODULE_ATTRIBUTES = frozenset({
@@ -384,8 +386,12 @@ ENTRY_POINTS = ("computation", "workload")
 
 
 def _entry_point_params(tree: ast.Module) -> tuple[ast.AST | None, int | None]:
-    """(node, positional parameter count) of the module-level entry point, count None for *args."""
+    """(node, positional parameter count) of the module-level entry point, count None for *args: `computation`,
+    JAXBench's `workload`, or the `forward` of a KernelBench-style module's ModelNew (or Model)."""
     found: dict[str, tuple[ast.AST | None, int | None]] = {}
+    model = kernelbench.model_forward(tree)
+    if model is not None:
+        found["forward"] = (model[1], kernelbench.forward_params(model[1]))
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name in ENTRY_POINTS:
             args = node.args
@@ -394,7 +400,7 @@ def _entry_point_params(tree: ast.Module) -> tuple[ast.AST | None, int | None]:
             for target in node.targets:
                 if isinstance(target, ast.Name) and target.id in ENTRY_POINTS:
                     found[target.id] = (node, None)
-    return next((found[name] for name in ENTRY_POINTS if name in found), (None, None))
+    return next((found[name] for name in (*ENTRY_POINTS, "forward") if name in found), (None, None))
 
 
 def check_source(source: str, *, expected_params: int | None, allow_pure_jax: bool,
@@ -408,7 +414,8 @@ def check_source(source: str, *, expected_params: int | None, allow_pure_jax: bo
     node, params = _entry_point_params(tree)
     if node is None:
         raise _violation("missing_entry_point", None, "the module must define a top-level function `computation` "
-                                                    "(or JAXBench's `workload`)")
+                                                    "(or JAXBench's `workload`, or a KernelBench-style class "
+                                                    "ModelNew with forward)")
     checker = _Checker(_module_level_names(tree), _own_private_names(tree), dead_functions(tree))
     checker.visit(tree)
     if expected_params is not None and params is not None and params != expected_params:

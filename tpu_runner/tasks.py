@@ -1,5 +1,6 @@
-"""Kernel tasks in the JaxBench format: a directory with `reference.py` and `kernel_task.yaml`; or a JAXBench
-workload directory (`baseline.py`, see `jaxbench.py`), read unchanged.
+"""Kernel tasks in the JaxBench format: a directory with `reference.py` and `kernel_task.yaml`; a JAXBench
+workload directory (`baseline.py`, see `jaxbench.py`); or a KernelBench-style module, one `.py` file with
+`class Model` (see `kernelbench.py`) - each read unchanged.
 
 `load_task` reads a task without running any of its code (safe in any process). Running the reference
 (`import_reference`, `configurations`) happens only where JAX is wanted: the evaluation child and
@@ -20,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from tpu_runner import jaxbench
+from tpu_runner import jaxbench, kernelbench
 from tpu_runner.static_check import reference_param_count
 
 KNOWN_FAMILIES = ("elementwise", "row_reduction", "matmul", "matmul_epilogue", "batched_matmul", "attention",
@@ -48,7 +49,12 @@ class Task:
 
     @property
     def reference_path(self) -> Path:
-        return self.path / self.reference_file
+        return self.path if self.is_module else self.path / self.reference_file
+
+    @property
+    def is_module(self) -> bool:
+        """A KernelBench-style module: the task is the file itself."""
+        return self.path.suffix == ".py"
 
     @property
     def param_count(self) -> int | None:
@@ -73,6 +79,8 @@ def _tolerances(raw: Any, name: str, where: Path) -> tuple[float, ...]:
 
 def load_task(path: str | Path) -> Task:
     root = Path(path).expanduser().resolve()
+    if root.suffix == ".py" and root.is_file():
+        return _load_module(root)
     if not root.is_dir():
         raise TaskError(f"task directory {root} does not exist")
     if jaxbench.is_workload(root):
@@ -134,21 +142,37 @@ def _load_workload(root: Path) -> Task:
                 reference_file=jaxbench.BASELINE)
 
 
+def _load_module(path: Path) -> Task:
+    source = path.read_text()
+    try:
+        compile(source, str(path), "exec")
+    except SyntaxError as exc:
+        raise TaskError(f"{path}:{exc.lineno}: syntax error in the module: {exc.msg}") from None
+    if not kernelbench.is_module_task(path):
+        raise TaskError(f"{path} is not a task: a module task defines class Model (with forward), get_inputs() and "
+                        "get_init_inputs(), as KernelBench's do")
+    tolerance = (kernelbench.DEFAULT_TOLERANCE,)
+    return Task(task_id=path.stem, description=kernelbench.description(source, path.stem), path=path,
+                atol=tolerance, rtol=tolerance, family=None, allow_pure_jax=False, allow_input_output_aliases=False,
+                input_gen_code=None, reference_source=source,
+                digest=hashlib.sha256(b"kernelbench\0" + source.encode()).hexdigest()[:16], reference_file=path.name)
+
+
 def _is_task(path: Path) -> bool:
-    return (path / "kernel_task.yaml").is_file() or jaxbench.is_workload(path)
+    return (path / "kernel_task.yaml").is_file() or jaxbench.is_workload(path) or kernelbench.is_module_task(path)
 
 
 def discover_tasks(suite: str | Path, depth: int = 3) -> list[Path]:
-    """The tasks of a suite: its task directories, up to `depth` levels down (JAXBench groups its workloads
-    by kind)."""
+    """The tasks of a suite: its task directories and KernelBench-style module files, up to `depth` levels down
+    (JAXBench and KernelBench group theirs by kind or level)."""
     root = Path(suite).expanduser().resolve()
     if not root.is_dir():
         raise TaskError(f"suite directory {root} does not exist")
     found: list[Path] = []
-    for path in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
+    for path in sorted(p for p in root.iterdir() if not p.name.startswith((".", "_"))):
         if _is_task(path):
             found.append(path)
-        elif depth > 1:
+        elif depth > 1 and path.is_dir():
             found.extend(discover_tasks(path, depth - 1))
     return found
 
@@ -201,6 +225,8 @@ def import_reference(task: Task) -> ModuleType:
         spec.loader.exec_module(module)
         if task.reference_file == jaxbench.BASELINE:
             jaxbench.adapt(module)
+        elif task.is_module:
+            kernelbench.adapt(module)
         if not hasattr(module, "get_inputs") and task.input_gen_code:
             exec(compile(task.input_gen_code, f"{task.path}/kernel_task.yaml:input_gen_code", "exec"),
                  module.__dict__)
