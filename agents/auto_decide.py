@@ -135,7 +135,10 @@ def next_action(steps: Sequence[StepRecord], config: AutoConfig) -> str:
     if last.kind in ("implement", "debug"):
         return "evaluate"
     if last.kind == "evaluate":
-        if last.outputs.get("verdict") in ("ok", "unverified"):
+        verdict = last.outputs.get("verdict")
+        # An unverified kernel that failed somewhere (at shapes derived from the production ones, which it may not be
+        # written for) is still worth a debugging round: the failure may be a real bug.
+        if verdict == "ok" or (verdict == "unverified" and not last.outputs.get("error")):
             return "analyse"
         return "debug" if p.debug_attempts < config.max_debug_attempts else "give_up"
     raise ValueError(f"unknown step kind {last.kind!r}")

@@ -48,6 +48,15 @@ class KernelFileError(ValueError):
     """The candidate file cannot be read."""
 
 
+class DerivedShapesOnly(Exception):
+    """The candidate failed only at shapes the evaluator derived from the production ones: a kernel written for its
+    production sizes may do that and be right, so it proves nothing either way."""
+
+    def __init__(self, error: EvalError, why: str):
+        super().__init__(error.detail)
+        self.error, self.why = error, why
+
+
 @dataclass(frozen=True)
 class EvalRequest:
     task_dir: Path
@@ -194,6 +203,8 @@ class _Evaluation:
             correctness = self.judge(report)
         except CandidateFailed as failed:
             return self._fail("correctness", failed.error, ir_hash=ir_hash)
+        except DerivedShapesOnly as derived:
+            return self._fail("correctness", self._derived_only(derived), "unverified", ir_hash=ir_hash)
         self.timings["judge"] = time.perf_counter() - t0
         programs = [CandidateProgram(a, traffic_from_json(p.traffic), p.vmem_limits, ir_hash)
                     for a, p in zip(answers, report.programs, strict=True)]
@@ -219,6 +230,16 @@ class _Evaluation:
         self.stage("profile")
         profile["summary"] = summarise(profile)
         return self._verdict(correctness, perf, profile, ir_hash)
+
+    def _derived_only(self, derived: DerivedShapesOnly) -> EvalError:
+        """The failure at derived shapes, said as what it is and what would decide it."""
+        where = f"on a TPU runner of {self.chip.name} (there the production shapes are checked)"
+        return EvalError(derived.error.kind, f"differs from the reference only at shapes derived from the production "
+                         f"ones, which the kernel may not be written for: specialised to its production shape, or "
+                         f"wrong - this check cannot tell. {derived.error.detail}\nWhat decides it: a check at the "
+                         f"production shapes, {where}, or here with KERNELBOT_FULL_CHECK_ELEMENTS and "
+                         f"KERNELBOT_FULL_CHECK_GFLOPS raised above them ({derived.why})", derived.error.line,
+                         "correctness")
 
     def _with_line(self, error: EvalError, report: CandidateReport | None) -> EvalError:
         """A compiler error names no Python line; with one kernel, its definition is the place to look."""
@@ -262,25 +283,12 @@ class _Evaluation:
             self.notes.append(check.why)
             if check.differs:
                 differs.append(f"{check.name}: " + "; ".join(check.differs))
-            for out in check.cases:
-                files = reference[job.key][out.case]
-                expected, truth = files["expected"], files.get("truth")
-                assert expected is not None
-
-                def perturbed(job: OutputJob = job, case: str = out.case) -> OutputSet | None:
-                    path = self.store.perturbed(self.task, job, case)
-                    return load_outputs(path) if path else None
-
-                ref = ReferenceRun(by_name[out.case], load_outputs(expected), load_outputs(truth) if truth else None,
-                                   perturbed)
-                cand = CandidateRun(by_name[out.case])
-                if out.error:
-                    cand.error = replace(out.error, stage="correctness")
-                else:
-                    assert out.outputs is not None
-                    cand.outputs = load_outputs(outputs / out.outputs)
-                    cand.again = load_outputs(outputs / out.again) if out.again else None
-                cases.append(judge.case(cand, ref))
+            try:
+                cases.extend(self._judge_check(judge, check, job, reference, by_name, outputs))
+            except CandidateFailed as failed:
+                if check.name.startswith("derived"):
+                    raise DerivedShapesOnly(failed.error, check.why) from None
+                raise
         passed = [c for c in cases if c.status == "passed"]
         if differs:
             notes.append("the program checked is not the program timed (" + " | ".join(differs) + ")")
@@ -290,6 +298,32 @@ class _Evaluation:
         status: Literal["passed", "not_checked"] = "passed" if not differs else "not_checked"
         return Correctness(status=status, cases=cases, max_abs_err=max(c.max_abs_err or 0.0 for c in passed),
                            max_rel_err=max(c.max_rel_err or 0.0 for c in passed), notes=notes)
+
+    def _judge_check(self, judge: Judge, check: CheckReport, job: OutputJob,
+                     reference: dict[str, dict[str, dict[str, Path | None]]], by_name: dict[str, Any],
+                     outputs: Path) -> list[CorrectnessCase]:
+        """One check configuration's cases, judged in order (CandidateFailed at the first failure)."""
+        cases: list[CorrectnessCase] = []
+        for out in check.cases:
+            files = reference[job.key][out.case]
+            expected, truth = files["expected"], files.get("truth")
+            assert expected is not None
+
+            def perturbed(job: OutputJob = job, case: str = out.case) -> OutputSet | None:
+                path = self.store.perturbed(self.task, job, case)
+                return load_outputs(path) if path else None
+
+            ref = ReferenceRun(by_name[out.case], load_outputs(expected), load_outputs(truth) if truth else None,
+                               perturbed)
+            cand = CandidateRun(by_name[out.case])
+            if out.error:
+                cand.error = replace(out.error, stage="correctness")
+            else:
+                assert out.outputs is not None
+                cand.outputs = load_outputs(outputs / out.outputs)
+                cand.again = load_outputs(outputs / out.again) if out.again else None
+            cases.append(judge.case(cand, ref))
+        return cases
 
     @staticmethod
     def _config_index(check: CheckReport, index: int) -> int:

@@ -209,3 +209,50 @@ def test_measured_path_runs_end_to_end_on_the_cpu_backend(tmp_path: Path, settin
     assert any("not TPU times" in note for note in result.notes)
     assert Path(result.artifacts["profile_chart"]).is_file()
     assert list((Path(result.artifacts["result"]).parent / "trace").glob("**/*.trace.json.gz"))
+
+
+CENTER_REFERENCE = """
+import jax
+import jax.numpy as jnp
+
+
+def computation(x):
+    return x - jnp.mean(x, axis=-1, keepdims=True)
+
+
+def get_inputs(dtype=jnp.float32):
+    return [jax.random.normal(jax.random.PRNGKey(0), (2048, 8192), dtype)], []
+"""
+
+# Written for the production shape only: it divides the row sums by the production width, whatever it is given.
+BAKED_CENTER = """
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+PRODUCTION_COLS = 8192
+
+
+def _center_kernel(x_ref, o_ref):
+    x = x_ref[...]  # [256, cols]
+    o_ref[...] = x - jnp.sum(x, axis=-1, keepdims=True) / PRODUCTION_COLS
+
+
+def computation(x):
+    rows, cols = x.shape
+    spec = pl.BlockSpec((256, cols), lambda i: (i, 0))
+    return pl.pallas_call(_center_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(rows // 256,),
+                          in_specs=[spec], out_specs=spec)(x)
+"""
+
+
+@pytest.mark.slow
+def test_a_kernel_made_for_its_production_shape_is_unverified_not_incorrect(tmp_path: Path, settings: Settings,
+                                                                            spares: SparePool) -> None:
+    """At derived shapes its mean is off (it divides by the production width); at the production shape it is right.
+    The check at derived shapes proves nothing either way, and the verdict says so and what would decide it."""
+    task = _task(tmp_path, "center", CENTER_REFERENCE, yaml="atol: 1.0e-5\nrtol: 1.0e-5\n")
+    result = evaluate(EvalRequest(task, _kernel(tmp_path, BAKED_CENTER), "v6e"), settings, spares=spares)
+    assert result.verdict == "unverified" and result.stage == "correctness", result.message
+    assert result.error is not None and "only at shapes derived from the production ones" in result.error.detail
+    assert "TPU runner of v6e" in result.error.detail and "KERNELBOT_FULL_CHECK_ELEMENTS" in result.error.detail
