@@ -57,23 +57,48 @@ class Production:
     form: ProgramForm
 
 
-def dot_flops(closed_jaxpr: Any) -> float:
-    """FLOPs of the dots and convolutions of a traced program (elementwise work is not counted)."""
+def _eqn_flops(eqn: Any) -> float:
+    name = eqn.primitive.name
+    if name == "dot_general":
+        (lc, _), _ = eqn.params["dimension_numbers"]
+        lhs = eqn.invars[0].aval.shape
+        out = eqn.outvars[0].aval.shape
+        return 2.0 * math.prod(out) * math.prod(lhs[d] for d in lc)
+    if name == "conv_general_dilated":
+        rhs = eqn.invars[1].aval.shape
+        out = eqn.outvars[0].aval.shape
+        spec = eqn.params["dimension_numbers"].rhs_spec  # (out feature, in feature, *spatial)
+        return 2.0 * math.prod(out) * math.prod(rhs[d] for d in spec[1:])
+    return 0.0
+
+
+def _flops(jaxpr: Any, dependent: list[bool]) -> float:
+    """FLOPs of the dots and convolutions that depend on the inputs marked `dependent`: one of constants only (a
+    model's fixed weights multiplied together) is folded by XLA before the program runs."""
+    if hasattr(jaxpr, "jaxpr"):
+        jaxpr = jaxpr.jaxpr
+    live = {v for v, d in zip(jaxpr.invars, dependent, strict=True) if d}
     total = 0.0
-    for eqn in jaxpr_walk.iter_eqns(closed_jaxpr):
-        name = eqn.primitive.name
-        if name == "dot_general":
-            (lc, _), (lb, _) = eqn.params["dimension_numbers"]
-            lhs = eqn.invars[0].aval.shape
-            out = eqn.outvars[0].aval.shape
-            total += 2.0 * math.prod(out) * math.prod(lhs[d] for d in lc)
-        elif name == "conv_general_dilated":
-            rhs = eqn.invars[1].aval.shape
-            out = eqn.outvars[0].aval.shape
-            spec = eqn.params["dimension_numbers"].rhs_spec  # (out feature, in feature, *spatial)
-            per_output = math.prod(rhs[d] for d in spec[1:])
-            total += 2.0 * math.prod(out) * per_output
+    for eqn in jaxpr.eqns:
+        uses = [not hasattr(v, "val") and v in live for v in eqn.invars]
+        if not any(uses):
+            continue
+        total += _eqn_flops(eqn)
+        for value in eqn.params.values():
+            for sub in jaxpr_walk.sub_jaxprs(value):
+                inner = sub.jaxpr if hasattr(sub, "jaxpr") else sub
+                # A call passes its operands on in order; other nestings (loops, conds) count as all dependent.
+                marks = uses if len(inner.invars) == len(uses) else [True] * len(inner.invars)
+                total += _flops(inner, marks)
+        live.update(eqn.outvars)
     return total
+
+
+def dot_flops(closed_jaxpr: Any) -> float:
+    """FLOPs of the dots and convolutions a traced program runs (elementwise work is not counted), leaving out
+    those of constants alone, which XLA folds away."""
+    inner = getattr(closed_jaxpr, "jaxpr", closed_jaxpr)
+    return _flops(inner, [True] * len(inner.invars))
 
 
 def _elements(config: Configuration, outputs: Any) -> int:

@@ -11,14 +11,14 @@ KERNEL_PRIMITIVES = frozenset({"pallas_call", "mpmd_map"})  # mpmd_map: pl.kerne
 CALLBACK_PRIMITIVES = frozenset({"pure_callback", "io_callback", "debug_callback", "callback", "host_callback"})
 
 
-def _sub_jaxprs(value: Any) -> Iterator[Any]:
+def sub_jaxprs(value: Any) -> Iterator[Any]:
     if isinstance(value, jex_core.ClosedJaxpr):
         yield value.jaxpr
     elif isinstance(value, jex_core.Jaxpr):
         yield value
     elif isinstance(value, tuple | list):
         for item in value:
-            yield from _sub_jaxprs(item)
+            yield from sub_jaxprs(item)
 
 
 def iter_eqns(jaxpr: Any) -> Iterator[Any]:
@@ -28,7 +28,7 @@ def iter_eqns(jaxpr: Any) -> Iterator[Any]:
     for eqn in jaxpr.eqns:
         yield eqn
         for value in eqn.params.values():
-            for sub in _sub_jaxprs(value):
+            for sub in sub_jaxprs(value):
                 yield from iter_eqns(sub)
 
 

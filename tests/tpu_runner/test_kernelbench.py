@@ -47,3 +47,18 @@ def test_a_kernelbench_pair_is_evaluated_as_it_is(settings: Settings) -> None:
     assert good.correctness is not None and good.correctness.cases[0].name.startswith("production[0]/")
     assert not isinstance(other, Exception) and other.verdict == "incorrect", other
     assert other.error is not None and other.error.kind == "mismatch"
+
+
+def test_the_budget_counts_the_work_that_runs_not_what_xla_folds() -> None:
+    """A model's fixed weights multiplied together are constants XLA folds away: their matmul is no work of the
+    program, and would otherwise push a small task past the interpret-mode budget."""
+    import jax
+    import jax.numpy as jnp
+
+    from tpu_runner.checkshapes import dot_flops
+
+    w1, w2 = jnp.ones((512, 512)), jnp.ones((512, 512))
+    folded = jax.make_jaxpr(lambda x: x @ (w1 @ w2))(jnp.ones((64, 512)))
+    assert dot_flops(folded) == 2 * 64 * 512 * 512
+    nested = jax.make_jaxpr(jax.jit(lambda x, y: jnp.tanh(x @ y) @ y))(jnp.ones((64, 512)), jnp.ones((512, 512)))
+    assert dot_flops(nested) == 2 * 2 * 64 * 512 * 512
