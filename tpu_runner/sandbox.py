@@ -26,7 +26,8 @@ from tpu_runner.protocol import ChildStart, SandboxLimits
 _ENV_KEEP = ("PATH", "LANG", "LC_ALL", "TZ", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 _TPU_RUNTIME = ("TPU_", "LIBTPU", "CLOUD_TPU")  # a TPU host's runtime variables, for children on its chip
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
-_FILE_BYTES = 512 * 2**20
+# No file a child writes may pass this: outputs at production shapes (and their float64 truth) are saved whole.
+_FILE_BYTES = 4 * 2**30
 _POLL_SECONDS = 0.05
 
 
