@@ -40,3 +40,12 @@ def get_runners(session: Session, *, include_stopped: bool = False) -> list[Runn
 def get_active_runners(session: Session) -> list[Runner]:
     """The runners registered as active, by name (one silent for long is still listed: callers judge staleness)."""
     return list(session.exec(select(Runner).where(Runner.status == "active").order_by(col(Runner.name))).all())
+
+
+def chip_runners(session: Session, *, target: str, kind: str, fresh_seconds: float = 300.0) -> list[Runner]:
+    """Active runners heard from within `fresh_seconds` that serve `kind` on a TPU of `target` on their own host
+    (their hardware says they measure there)."""
+    since = now() - fresh_seconds
+    return [r for r in get_active_runners(session)
+            if r.heartbeat_at >= since and kind in (r.kinds or [])
+            and (r.hardware or {}).get("tpu") == target and (r.hardware or {}).get("measures")]

@@ -22,11 +22,11 @@ from sqlmodel import Session
 from storage import queue
 from storage.logs import log_context
 from storage.models import SessionEvent
-from storage.runners import deregister_runner, heartbeat_runner, register_runner
+from storage.runners import chip_runners, deregister_runner, heartbeat_runner, register_runner
 from storage.sessions import set_session_status
 from storage.settings import Settings
 from tpu_runner.hardware import get_chip
-from tpu_runner.job_kinds import EVALUATION_KINDS, JobContext, JobHandler, JobRejected
+from tpu_runner.job_kinds import EVALUATION_KINDS, ON_CHIP_KINDS, FollowUp, JobContext, JobHandler, JobRejected
 from tpu_runner.sandbox import kill_running_children
 from tpu_runner.spares import SparePool
 
@@ -77,8 +77,23 @@ class RunnerDaemon:
     completed: int = 0
     abandoned: int = 0  # jobs given back while their threads still ran
 
+    def chip_targets(self) -> list[str]:
+        """The targets this runner checks and times on its host's own TPU."""
+        return [t for t in self.config.targets if self.settings.on_chip(t)]
+
     def kinds(self) -> list[str]:
-        return list(self.config.kinds) or sorted(self.job_kinds)
+        """What it serves: the kinds asked for (default every kind it knows, those that need a chip only when it
+        has one)."""
+        if self.config.kinds:
+            return list(self.config.kinds)
+        return sorted(k for k in self.job_kinds if k not in ON_CHIP_KINDS or self.chip_targets())
+
+    def routes(self) -> list[tuple[list[str], list[str]]]:
+        """(kinds, targets) it claims: every kind for its targets, the on-chip kinds for its chip's target only."""
+        general = [k for k in self.kinds() if k not in ON_CHIP_KINDS]
+        on_chip = [k for k in self.kinds() if k in ON_CHIP_KINDS]
+        routes = [(general, list(self.config.targets))] if general else []
+        return routes + ([(on_chip, self.chip_targets())] if on_chip else [])
 
     def request_stop(self, *_: Any) -> None:
         if not self.stopping.is_set():
@@ -90,6 +105,10 @@ class RunnerDaemon:
         unknown = sorted(set(self.config.kinds) - set(self.job_kinds))
         if unknown:
             raise ValueError(f"unknown job kinds {unknown}; this runner serves: {sorted(self.job_kinds)}")
+        chipless = sorted(set(self.config.kinds) & ON_CHIP_KINDS) if not self.chip_targets() else []
+        if chipless:
+            raise ValueError(f"{chipless} need a TPU of one of this runner's targets {list(self.config.targets)} on "
+                             "its own host, and this host has none")
         with Session(self.engine) as s, s.begin():
             runner = register_runner(s, name=self.config.name, host=socket.gethostname(), pid=os.getpid(),
                                      hardware=self.hardware, targets=list(self.config.targets), kinds=self.kinds(),
@@ -128,15 +147,18 @@ class RunnerDaemon:
 
     def _work_may_come(self) -> bool:
         with Session(self.engine) as s:
-            return queue.runnable_later(s, kinds=self.kinds(), targets=list(self.config.targets)) > 0
+            return any(queue.runnable_later(s, kinds=kinds, targets=targets) for kinds, targets in self.routes())
 
     def _claim(self, held: dict[int, _Held], pool: ThreadPoolExecutor, spares: SparePool) -> int:
         free = self.config.concurrency - len(held)
         if free <= 0:
             return 0
+        leases: list[queue.Lease] = []
         with Session(self.engine) as s, s.begin():
-            leases = queue.claim(s, runner_id=self.runner_id, kinds=self.kinds(), targets=list(self.config.targets),
-                                 lease_seconds=self.config.lease_seconds, limit=free)
+            for kinds, targets in self.routes():
+                if len(leases) < free:
+                    leases += queue.claim(s, runner_id=self.runner_id, kinds=kinds, targets=targets,
+                                          lease_seconds=self.config.lease_seconds, limit=free - len(leases))
         for lease in leases:
             log.info("runner %s: job %d (%s) attempt %d", self.runner_id, lease.job_id, lease.kind, lease.attempts)
             held[lease.job_id] = _Held(lease, pool.submit(self._run_job, lease, spares))
@@ -176,10 +198,11 @@ class RunnerDaemon:
             self._record_failure(lease, detail, retry=True)
             return
         with Session(self.engine) as s, s.begin():
-            recorded = queue.complete(s, job_id=lease.job_id, fence=lease.fence, result=outcome.result,
+            follows, result = self._routed(s, outcome.then, outcome.result)
+            recorded = queue.complete(s, job_id=lease.job_id, fence=lease.fence, result=result,
                                       evaluations=outcome.evaluations)
             if recorded:
-                for follow in outcome.then:
+                for follow in follows:
                     queue.enqueue(s, kind=follow.kind, payload=follow.payload, target=follow.target,
                                   dedup_key=follow.dedup_key, session_id=follow.session_id)
             if recorded and lease.session_id:
@@ -191,6 +214,24 @@ class RunnerDaemon:
         else:
             log.warning("runner %s: job %d finished after its lease was lost; result discarded", self.runner_id,
                         lease.job_id)
+
+    @staticmethod
+    def _routed(s: Session, then: list[FollowUp], result: dict[str, Any]) -> tuple[list[FollowUp], dict[str, Any]]:
+        """The follow-ups to queue, and the result saying where each one that needs a chip went (or that none of
+        the fleet's runners has that chip)."""
+        queued, said = [], []
+        for follow in then:
+            if not follow.needs_chip:
+                queued.append(follow)
+                continue
+            runners = chip_runners(s, target=follow.target or "", kind=follow.kind)
+            if runners:
+                queued.append(follow)
+                said.append(f"{follow.kind} queued for the TPU {follow.target} runners "
+                            f"({', '.join(r.name for r in runners)})")
+            else:
+                said.append(f"{follow.kind} not queued: no active runner of the fleet is on a TPU {follow.target}")
+        return queued, ({**result, "follow_ups": said} if said else result)
 
     def _record_failure(self, lease: queue.Lease, reason: str, *, retry: bool) -> None:
         with Session(self.engine) as s, s.begin():

@@ -38,6 +38,8 @@ class FollowUp:
     target: str | None = None
     dedup_key: str | None = None
     session_id: str | None = None
+    # Queued only when an active runner on a TPU of `target` serves `kind` (else the result says none could).
+    needs_chip: bool = False
 
 
 @dataclass
@@ -90,7 +92,16 @@ def load_job_modules(modules: Sequence[str]) -> JobKinds:
     return compose(*found)
 
 
-EVALUATION_KINDS = JobKinds()  # this package's own: evaluate, noop
+EVALUATION_KINDS = JobKinds()  # this package's own: evaluate, production_check, noop
+# Kinds only a runner on a TPU of the job's target may take: what they decide needs the chip itself.
+ON_CHIP_KINDS = frozenset({"production_check"})
+
+
+def production_check_wanted(result: Any) -> bool:
+    """An `unverified` result not judged on a TPU: a check at the production shapes on the chip decides it (a
+    kernel that failed only at derived shapes, one with no smaller configuration to check, one interpret mode
+    cannot simulate, an estimate faster than physics)."""
+    return result.verdict == "unverified" and result.host != "tpu"
 
 
 def evaluation_record(result: Any, runner_id: str | None = None, candidate_id: int | None = None) -> Evaluation:
@@ -103,9 +114,7 @@ def evaluation_record(result: Any, runner_id: str | None = None, candidate_id: i
                       candidate_id=candidate_id)
 
 
-@EVALUATION_KINDS.kind("evaluate")
-def evaluate_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
-    """payload: task_dir, kernel_path, target, allow_pure_jax."""
+def _evaluate(ctx: JobContext, payload: dict[str, Any]) -> Any:
     from tpu_runner.evaluate import EvalRequest, KernelFileError, evaluate
     from tpu_runner.hardware import UnknownTarget
     from tpu_runner.tasks import TaskError
@@ -114,10 +123,36 @@ def evaluate_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
         request = EvalRequest(Path(payload["task_dir"]), Path(payload["kernel_path"]),
                               payload.get("target") or ctx.settings.default_target,
                               bool(payload.get("allow_pure_jax", False)))
-        result = evaluate(request, ctx.settings, eval_id=f"job{ctx.job_id}-{int(time.time())}", spares=ctx.spares)
+        return evaluate(request, ctx.settings, eval_id=f"job{ctx.job_id}-{int(time.time())}", spares=ctx.spares)
     except (KeyError, TaskError, KernelFileError, UnknownTarget) as exc:
         raise JobRejected(f"{type(exc).__name__}: {exc}") from exc
+
+
+@EVALUATION_KINDS.kind("evaluate")
+def evaluate_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
+    """payload: task_dir, kernel_path, target, allow_pure_jax. An `unverified` result judged off the chip is
+    followed by a production check on a TPU runner of the target, when the fleet has one."""
+    result = _evaluate(ctx, payload)
+    then = []
+    if production_check_wanted(result):
+        then.append(FollowUp(kind="production_check", payload={**payload, "target": result.target,
+                                                               "after_job": ctx.job_id},
+                             target=result.target, dedup_key=f"production-check-{ctx.job_id}", needs_chip=True))
     return JobOutcome(result={"verdict": result.verdict, "message": result.message},
+                      evaluations=[evaluation_record(result, ctx.runner_id)], then=then)
+
+
+@EVALUATION_KINDS.kind("production_check")
+def production_check_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
+    """payload: an `evaluate` job's, plus after_job (the job whose unverified result this decides). Checked at the
+    production shapes and timed on this runner's chip; its verdict is the kernel's."""
+    target = payload.get("target") or ctx.settings.default_target
+    if not ctx.settings.on_chip(target):
+        raise JobRejected(f"a production check needs a TPU {target} on its runner's host, and this one has none")
+    result = _evaluate(ctx, payload)
+    after = payload.get("after_job")
+    result.notes.append(f"production check on the chip of job {after}'s unverified result: this verdict decides it")
+    return JobOutcome(result={"verdict": result.verdict, "message": result.message, "decides_job": after},
                       evaluations=[evaluation_record(result, ctx.runner_id)])
 
 

@@ -94,16 +94,28 @@ def job_row(job: Any, evaluation_ids: list[int]) -> dict[str, Any]:
     return {"id": job.id, "kind": job.kind, "status": job.status, "attempts": job.attempts,
             "max_attempts": job.max_attempts, "runner": job.runner_id, "target": job.target,
             "evaluation_ids": evaluation_ids, "error": job.last_error, "created_at": job.created_at,
-            "finished_at": job.finished_at}
+            "finished_at": job.finished_at, "result": job.result, "after_job": (job.payload or {}).get("after_job")}
+
+
+def job_outcome(row: dict[str, Any]) -> str:
+    """A job's outcome in a few words: its verdict, what it decides, where its follow-ups went, or its error."""
+    result = row.get("result") or {}
+    parts = [str(result["verdict"])] if result.get("verdict") else []
+    if row.get("after_job"):
+        parts.append(f"decides job {row['after_job']}")
+    parts += result.get("follow_ups") or []
+    if row.get("error"):
+        parts.append(str(row["error"]))
+    return "; ".join(parts)
 
 
 def jobs_table(rows: Sequence[dict[str, Any]]) -> Table:
     table = Table(title="jobs")
-    for col in ("id", "kind", "status", "attempts", "runner", "evaluations", "error"):
+    for col in ("id", "kind", "status", "attempts", "runner", "evaluations", "outcome"):
         table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(str(r["id"]), r["kind"], r["status"], f"{r['attempts']}/{r['max_attempts']}", r["runner"] or "-",
-                      ", ".join(map(str, r["evaluation_ids"])) or "-", (r["error"] or "")[:120])
+                      ", ".join(map(str, r["evaluation_ids"])) or "-", job_outcome(r)[:200])
     return table
 
 

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from storage.models import Evaluation
-from tpu_runner.job_kinds import JobContext, JobKinds, JobOutcome
+from tpu_runner.job_kinds import FollowUp, JobContext, JobKinds, JobOutcome
 
 JOB_KINDS = JobKinds()
 
@@ -31,3 +31,11 @@ def crash_runner(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
 @JOB_KINDS.kind("always_raise")
 def always_raise(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
     raise RuntimeError("this job always fails")
+
+
+@JOB_KINDS.kind("wants_chip_check")
+def wants_chip_check(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
+    """Ends `unverified` and asks for a production check on a TPU v6e, as `evaluate` does off the chip."""
+    return JobOutcome(result={"verdict": "unverified"}, then=[FollowUp(
+        kind="production_check", payload={"after_job": ctx.job_id, "target": "v6e"}, target="v6e",
+        needs_chip=True)])

@@ -247,12 +247,43 @@ def computation(x):
 
 
 @pytest.mark.slow
-def test_a_kernel_made_for_its_production_shape_is_unverified_not_incorrect(tmp_path: Path, settings: Settings,
-                                                                            spares: SparePool) -> None:
+def test_a_kernel_made_for_its_production_shape_is_unverified_and_sent_to_the_fleets_chip(tmp_path: Path,
+                                                                                       settings: Settings) -> None:
     """At derived shapes its mean is off (it divides by the production width); at the production shape it is right.
-    The check at derived shapes proves nothing either way, and the verdict says so and what would decide it."""
+    The check at derived shapes proves nothing either way: the verdict says so and what would decide it, and a CPU
+    runner sends it to the fleet's runner on a TPU v6e for a production check (which it does not take itself)."""
+    from sqlmodel import Session, select
+
+    from storage import queue
+    from storage.engine import make_engine
+    from storage.migrate import upgrade
+    from storage.models import Evaluation, Job
+    from storage.runners import register_runner
+    from tpu_runner.daemon import RunnerConfig, RunnerDaemon
+
     task = _task(tmp_path, "center", CENTER_REFERENCE, yaml="atol: 1.0e-5\nrtol: 1.0e-5\n")
-    result = evaluate(EvalRequest(task, _kernel(tmp_path, BAKED_CENTER), "v6e"), settings, spares=spares)
-    assert result.verdict == "unverified" and result.stage == "correctness", result.message
-    assert result.error is not None and "only at shapes derived from the production ones" in result.error.detail
-    assert "TPU runner of v6e" in result.error.detail and "KERNELBOT_FULL_CHECK_ELEMENTS" in result.error.detail
+    kernel = _kernel(tmp_path, BAKED_CENTER)
+    engine = make_engine(f"sqlite:///{tmp_path / 'kernelbot.db'}")
+    upgrade(engine)
+    with Session(engine) as s, s.begin():
+        register_runner(s, name="v6e-host", host="tpu-1", pid=1, hardware={"tpu": "v6e", "measures": True},
+                        targets=["v6e"], kinds=["evaluate", "production_check"], concurrency=1)
+        first = queue.enqueue(s, kind="evaluate", target="v6e", payload={
+            "task_dir": str(task), "kernel_path": str(kernel), "target": "v6e"}).id
+    cpu_runner = RunnerDaemon(engine=engine, settings=settings, config=RunnerConfig(
+        name="cpu", targets=("v6e",), exit_when_idle=True, poll_seconds=0.05))
+    assert "production_check" not in cpu_runner.kinds()
+    assert cpu_runner.run() == 0 and cpu_runner.completed == 1
+    with Session(engine) as s:
+        (evaluation,) = s.exec(select(Evaluation)).all()
+        done = s.get(Job, first)
+        (check,) = s.exec(select(Job).where(Job.kind == "production_check")).all()
+    result = evaluation.result
+    assert evaluation.verdict == "unverified" and evaluation.stage == "correctness", result["message"]
+    assert "only at shapes derived from the production ones" in result["error"]["detail"]
+    assert "TPU runner of v6e" in result["error"]["detail"]
+    assert "KERNELBOT_FULL_CHECK_ELEMENTS" in result["error"]["detail"]
+    assert done is not None and done.result["follow_ups"] == [
+        "production_check queued for the TPU v6e runners (v6e-host)"]
+    assert check.status == "queued" and check.target == "v6e" and check.payload["after_job"] == first
+    assert check.payload["kernel_path"] == str(kernel)

@@ -214,3 +214,11 @@ def test_a_brain_that_cannot_answer_is_one_line_with_its_next_step(tmp_path: Pat
     assert proc.returncode == 2, proc.stderr
     assert "refused the key (401)" in proc.stderr and "next: check ANTHROPIC_API_KEY" in proc.stderr
     assert "Traceback" not in proc.stderr and "error id" not in proc.stderr.lower()
+
+
+def test_a_jobs_outcome_says_its_verdict_what_it_decides_and_where_its_checks_went() -> None:
+    unverified = {"result": {"verdict": "unverified", "follow_ups": ["production_check queued for the TPU v6e "
+                                                                     "runners (v6e-host)"]}, "error": None}
+    assert render.job_outcome(unverified) == "unverified; production_check queued for the TPU v6e runners (v6e-host)"
+    assert render.job_outcome({"result": {"verdict": "ok"}, "after_job": 7, "error": None}) == "ok; decides job 7"
+    assert render.job_outcome({"result": None, "error": "RuntimeError: boom"}) == "RuntimeError: boom"
