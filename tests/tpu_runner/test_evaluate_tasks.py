@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from storage.settings import Settings
-from tests.conftest import TASKS
+from tests.conftest import CORPUS, TASKS
 from tpu_runner.calibration import HBM_EFFICIENCY
 from tpu_runner.evaluate import EvalRequest, KernelFileError, evaluate
 from tpu_runner.spares import SparePool
@@ -211,41 +211,6 @@ def test_measured_path_runs_end_to_end_on_the_cpu_backend(tmp_path: Path, settin
     assert list((Path(result.artifacts["result"]).parent / "trace").glob("**/*.trace.json.gz"))
 
 
-CENTER_REFERENCE = """
-import jax
-import jax.numpy as jnp
-
-
-def computation(x):
-    return x - jnp.mean(x, axis=-1, keepdims=True)
-
-
-def get_inputs(dtype=jnp.float32):
-    return [jax.random.normal(jax.random.PRNGKey(0), (2048, 8192), dtype)], []
-"""
-
-# Written for the production shape only: it divides the row sums by the production width, whatever it is given.
-BAKED_CENTER = """
-import jax
-import jax.numpy as jnp
-from jax.experimental import pallas as pl
-
-PRODUCTION_COLS = 8192
-
-
-def _center_kernel(x_ref, o_ref):
-    x = x_ref[...]  # [256, cols]
-    o_ref[...] = x - jnp.sum(x, axis=-1, keepdims=True) / PRODUCTION_COLS
-
-
-def computation(x):
-    rows, cols = x.shape
-    spec = pl.BlockSpec((256, cols), lambda i: (i, 0))
-    return pl.pallas_call(_center_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(rows // 256,),
-                          in_specs=[spec], out_specs=spec)(x)
-"""
-
-
 @pytest.mark.slow
 def test_a_kernel_made_for_its_production_shape_is_unverified_and_sent_to_the_fleets_chip(tmp_path: Path,
                                                                                        settings: Settings) -> None:
@@ -261,8 +226,8 @@ def test_a_kernel_made_for_its_production_shape_is_unverified_and_sent_to_the_fl
     from storage.runners import register_runner
     from tpu_runner.daemon import RunnerConfig, RunnerDaemon
 
-    task = _task(tmp_path, "center", CENTER_REFERENCE, yaml="atol: 1.0e-5\nrtol: 1.0e-5\n")
-    kernel = _kernel(tmp_path, BAKED_CENTER)
+    task = CORPUS / "third_party" / "center_task"
+    kernel = CORPUS / "third_party" / "center_production_width.py"
     engine = make_engine(f"sqlite:///{tmp_path / 'kernelbot.db'}")
     upgrade(engine)
     with Session(engine) as s, s.begin():
