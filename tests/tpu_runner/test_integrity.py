@@ -1,0 +1,30 @@
+"""The last line against `harness_tamper`: whatever the static check lets through, a watched function of JAX, numpy
+or the pipeline replaced (or given other code) while the candidate ran is found after it."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from tpu_runner import integrity, measure
+
+
+def test_a_replaced_or_recoded_function_is_named_and_a_restored_one_is_not() -> None:
+    import jax.profiler  # noqa: F401 - watched once imported, as in the child
+
+    snapshot = integrity.take_snapshot()
+    assert integrity.changes_since(snapshot) == []
+    save, asarray, stop_trace = np.save, jnp.asarray, jax.profiler.stop_trace
+    original_code = measure.measure_pair.__code__
+    try:
+        np.save = lambda *a, **k: None  # outputs never written
+        jnp.asarray = lambda x, *a, **k: x
+        measure.measure_pair.__code__ = (lambda *a, **k: None).__code__  # the timing loop emptied in place
+        assert integrity.changes_since(snapshot) == ["jax.numpy.asarray", "numpy.save",
+                                                     "tpu_runner.measure.measure_pair"]
+        del jax.profiler.stop_trace  # a removed function counts too
+        assert "jax.profiler.stop_trace" in integrity.changes_since(snapshot)
+    finally:
+        np.save, jnp.asarray, jax.profiler.stop_trace = save, asarray, stop_trace
+        measure.measure_pair.__code__ = original_code
+    assert integrity.changes_since(snapshot) == []
