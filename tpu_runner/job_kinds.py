@@ -114,6 +114,15 @@ def evaluation_record(result: Any, runner_id: str | None = None, candidate_id: i
                       candidate_id=candidate_id)
 
 
+def job_result(result: Any, **extra: Any) -> dict[str, Any]:
+    """What a job's row keeps of an evaluation, for `kernelbot jobs` and `job` (the whole is its Evaluation)."""
+    perf = result.performance
+    return {"verdict": result.verdict, "message": result.message, "stage": result.stage,
+            "error_kind": result.error.kind if result.error else None,
+            "speedup": perf.speedup if perf else None, "method": perf.method if perf else None,
+            "artifacts": str(Path(result.artifacts["result"]).parent) if result.artifacts else None, **extra}
+
+
 def _evaluate(ctx: JobContext, payload: dict[str, Any]) -> Any:
     from tpu_runner.evaluate import EvalRequest, KernelFileError, evaluate
     from tpu_runner.hardware import UnknownTarget
@@ -138,8 +147,7 @@ def evaluate_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
         then.append(FollowUp(kind="production_check", payload={**payload, "target": result.target,
                                                                "after_job": ctx.job_id},
                              target=result.target, dedup_key=f"production-check-{ctx.job_id}", needs_chip=True))
-    return JobOutcome(result={"verdict": result.verdict, "message": result.message},
-                      evaluations=[evaluation_record(result, ctx.runner_id)], then=then)
+    return JobOutcome(result=job_result(result), evaluations=[evaluation_record(result, ctx.runner_id)], then=then)
 
 
 @EVALUATION_KINDS.kind("production_check")
@@ -152,7 +160,7 @@ def production_check_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome
     result = _evaluate(ctx, payload)
     after = payload.get("after_job")
     result.notes.append(f"production check on the chip of job {after}'s unverified result: this verdict decides it")
-    return JobOutcome(result={"verdict": result.verdict, "message": result.message, "decides_job": after},
+    return JobOutcome(result=job_result(result, decides_job=after),
                       evaluations=[evaluation_record(result, ctx.runner_id)])
 
 

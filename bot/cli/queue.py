@@ -1,4 +1,4 @@
-"""`kernelbot db upgrade | runner | enqueue-eval | jobs | runners`: the queue and the runner fleet."""
+"""`kernelbot db upgrade | runner | enqueue-eval | jobs | job | cancel | runners`: the queue and the runner fleet."""
 
 from __future__ import annotations
 
@@ -162,12 +162,74 @@ def jobs_command(
         with Session(engine) as s:
             jobs = queue.get_jobs(s, limit=limit, status=status)
             evals = queue.evaluation_ids(s, job_ids=[j.id for j in jobs if j.id is not None])
-            rows = [render.job_row(j, evals.get(j.id or 0, [])) for j in jobs]
+            names = _runner_names(s)
+            rows = [render.job_row(j, evals.get(j.id or 0, []), names) for j in jobs]
         if as_json:
             print(json.dumps(rows, indent=1))
         else:
             console.print(render.jobs_table(rows))
         return 0
+
+    run_command(run)
+
+
+def _runner_names(s: Session) -> dict[str, str]:
+    from storage.runners import get_runners
+
+    return {r.id: r.name for r in get_runners(s, include_stopped=True)}
+
+
+@_app.command("job")
+def job_command(
+    job_id: Annotated[int, typer.Argument(help="The job's id (`kernelbot jobs` lists them).")],
+    as_json: AsJson = False,
+) -> None:
+    """One job: its status, runner, whole outcome, its evaluation's message and where its files are."""
+
+    def run() -> int:
+        from storage import queue
+        from storage.connect import open_database
+        from storage.models import Evaluation, Job
+
+        engine = open_database(get_settings())
+        with Session(engine) as s:
+            job = s.get(Job, job_id)
+            if job is None:
+                raise queue.JobNotFound(f"no job {job_id}")
+            ids = queue.evaluation_ids(s, job_ids=[job_id]).get(job_id, [])
+            row = render.job_row(job, ids, _runner_names(s))
+            evaluations = [{"id": e.id, "verdict": e.verdict, "result": e.result, "artifacts_dir": e.artifacts_dir}
+                           for e in (s.get(Evaluation, i) for i in ids) if e is not None]
+        if as_json:
+            print(json.dumps({**row, "evaluations": evaluations}, indent=1))
+        else:
+            console.print(render.job_detail(row, evaluations), soft_wrap=True, highlight=False)
+        return 0
+
+    run_command(run)
+
+
+@_app.command("cancel")
+def cancel_command(
+    job_id: Annotated[int, typer.Argument(help="The job's id (`kernelbot jobs` lists them).")],
+) -> None:
+    """Cancel a queued or running job (a runner holding it discards its result at its next heartbeat)."""
+
+    def run() -> int:
+        from storage import queue
+        from storage.connect import open_database
+        from storage.models import Job
+
+        engine = open_database(get_settings())
+        with Session(engine) as s, s.begin():
+            cancelled = queue.cancel(s, job_id=job_id)
+            job = s.get(Job, job_id)
+            status = job.status if job else "gone"
+        if cancelled:
+            console.print(f"cancelled job {job_id}")
+            return 0
+        err_console.print(f"job {job_id} is {status}: only queued and running jobs can be cancelled")
+        return 1
 
     run_command(run)
 

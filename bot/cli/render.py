@@ -90,17 +90,27 @@ def result_panel(result: EvalResult) -> Panel:
     return Panel(Group(rows), title=f"{result.task} on {result.target} ({result.host})", border_style=style)
 
 
-def job_row(job: Any, evaluation_ids: list[int]) -> dict[str, Any]:
+def job_row(job: Any, evaluation_ids: list[int], runner_names: dict[str, str] | None = None) -> dict[str, Any]:
+    """A job as plain data; `runner` is the runner's id, `runner_name` its name where known."""
+    result = job.result or {}
     return {"id": job.id, "kind": job.kind, "status": job.status, "attempts": job.attempts,
-            "max_attempts": job.max_attempts, "runner": job.runner_id, "target": job.target,
+            "max_attempts": job.max_attempts, "runner": job.runner_id,
+            "runner_name": (runner_names or {}).get(job.runner_id or "", job.runner_id), "target": job.target,
             "evaluation_ids": evaluation_ids, "error": job.last_error, "created_at": job.created_at,
-            "finished_at": job.finished_at, "result": job.result, "after_job": (job.payload or {}).get("after_job")}
+            "started_at": job.started_at, "finished_at": job.finished_at, "verdict": result.get("verdict"),
+            "speedup": result.get("speedup"), "method": result.get("method"), "result": job.result,
+            "after_job": (job.payload or {}).get("after_job"), "payload": job.payload}
 
 
 def job_outcome(row: dict[str, Any]) -> str:
-    """A job's outcome in a few words: its verdict, what it decides, where its follow-ups went, or its error."""
+    """A job's outcome in a few words: its verdict and speedup, what it decides, where its follow-ups went, or its
+    error."""
     result = row.get("result") or {}
     parts = [str(result["verdict"])] if result.get("verdict") else []
+    if result.get("verdict") and result.get("stage") not in (None, "done"):
+        parts[0] += f" at {result['stage']}" + (f": {result['error_kind']}" if result.get("error_kind") else "")
+    if result.get("speedup"):
+        parts.append(f"x{result['speedup']:.2f} {result.get('method') or ''}".strip())
     if row.get("after_job"):
         parts.append(f"decides job {row['after_job']}")
     parts += result.get("follow_ups") or []
@@ -111,12 +121,35 @@ def job_outcome(row: dict[str, Any]) -> str:
 
 def jobs_table(rows: Sequence[dict[str, Any]]) -> Table:
     table = Table(title="jobs")
-    for col in ("id", "kind", "status", "attempts", "runner", "evaluations", "outcome"):
-        table.add_column(col, overflow="fold")
+    for col in ("id", "kind", "status", "tries", "runner"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("outcome", overflow="fold", ratio=1)
     for r in rows:
-        table.add_row(str(r["id"]), r["kind"], r["status"], f"{r['attempts']}/{r['max_attempts']}", r["runner"] or "-",
-                      ", ".join(map(str, r["evaluation_ids"])) or "-", job_outcome(r)[:200])
+        outcome = job_outcome(r)
+        table.add_row(str(r["id"]), r["kind"], r["status"], f"{r['attempts']}/{r['max_attempts']}",
+                      r["runner_name"] or "-", outcome if len(outcome) <= 90 else outcome[:89] + "…")
     return table
+
+
+def job_detail(row: dict[str, Any], evaluations: Sequence[dict[str, Any]]) -> str:
+    """`kernelbot job ID`: the job, its whole outcome, each evaluation's message and where its files are."""
+    lines = [f"job {row['id']} ({row['kind']}, target {row['target'] or 'any'}): {row['status']}, attempt "
+             f"{row['attempts']} of {row['max_attempts']}, runner {row['runner_name'] or '-'}"]
+    payload = row.get("payload") or {}
+    for key in ("task_dir", "kernel_path"):
+        if payload.get(key):
+            lines.append(f"  {key.split('_')[0]}: {payload[key]}")
+    if job_outcome(row):
+        lines.append(f"  outcome: {job_outcome(row)}")
+    for e in evaluations:
+        result = e.get("result") or {}
+        lines.append(f"  evaluation {e['id']}: {result.get('message') or e.get('verdict')}")
+        error = result.get("error") or {}
+        if error.get("detail"):
+            lines.append(f"    {error['kind']}: {error['detail']}")
+        for name, path in sorted((result.get("artifacts") or {}).items()):
+            lines.append(f"    {name}: {path}")
+    return "\n".join(lines)
 
 
 def runner_row(runner: Any, *, at: float) -> dict[str, Any]:

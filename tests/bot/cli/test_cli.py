@@ -222,3 +222,27 @@ def test_a_jobs_outcome_says_its_verdict_what_it_decides_and_where_its_checks_we
     assert render.job_outcome(unverified) == "unverified; production_check queued for the TPU v6e runners (v6e-host)"
     assert render.job_outcome({"result": {"verdict": "ok"}, "after_job": 7, "error": None}) == "ok; decides job 7"
     assert render.job_outcome({"result": None, "error": "RuntimeError: boom"}) == "RuntimeError: boom"
+
+
+def test_jobs_job_and_cancel_from_the_command_line(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    enqueue = ["enqueue-eval", "--task", str(TASKS / "softmax"), "--kernel", str(CORPUS / "bad" / "syntax_error.py")]
+    first, second = (int(_run(enqueue, home).stdout) for _ in range(2))
+    proc = _run(["cancel", str(second)], home)
+    assert proc.returncode == 0 and f"cancelled job {second}" in proc.stdout
+    proc = _run(["cancel", str(second)], home)
+    assert proc.returncode == 1 and f"job {second} is cancelled" in proc.stderr
+    proc = _run(["runner", "--exit-when-idle", "--name", "cli-runner", "--kind", "evaluate"], home)
+    assert proc.returncode == 0, proc.stderr
+    table = _run(["jobs"], home).stdout  # 80 columns: each job on a line or two
+    assert "cli-runner" in table and "cancelled" in table and len(table.splitlines()) <= 10, table
+    assert "rejected at static:" in " ".join(table.split()), table
+    job = json.loads(_run(["job", str(first), "--json"], home).stdout)
+    assert job["status"] == "done" and job["verdict"] == "rejected" and job["runner_name"] == "cli-runner"
+    (evaluation,) = job["evaluations"]
+    assert evaluation["result"]["error"]["kind"] == "syntax_error"
+    shown = _run(["job", str(first)], home).stdout
+    assert f"job {first} (evaluate, target v6e): done" in shown and "syntax_error" in shown
+    assert "result: " in shown  # where its files are
+    proc = _run(["job", "999"], home)
+    assert proc.returncode == 2 and "no job 999" in proc.stderr and "kernelbot jobs" in proc.stderr
