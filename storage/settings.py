@@ -26,6 +26,7 @@ class Variable:
     meaning: str
     reader: str = "settings"  # settings (load_settings) | kb (the launcher) | anthropic (the SDK) | cli
     secret: bool = False
+    choices: tuple[str, ...] = ()  # the values it may take, where there is a set
 
 
 VARIABLES: tuple[Variable, ...] = (
@@ -36,16 +37,19 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("KERNELBOT_CACHE_DIR", "`$KERNELBOT_HOME/cache`",
              "the references' outputs, programs and compiler figures, kept per task version; runners on one host "
              "may share it"),
-    Variable("KERNELBOT_TARGET", "this host's TPU generation, else `v6e`", "default TPU target: " + ", ".join(TARGETS)),
+    Variable("KERNELBOT_TARGET", "this host's TPU generation, else `v6e`", "default TPU target: " + ", ".join(TARGETS),
+             choices=TARGETS),
     Variable("KERNELBOT_TPU", "`auto`", "`auto`: candidates whose target is this host's TPU are checked and timed on "
-             "it; `off`: never use the chip (interpret mode and estimates, as on a host without one)"),
+             "it; `off`: never use the chip (interpret mode and estimates, as on a host without one)",
+             choices=("auto", "off")),
     Variable("KERNELBOT_EVAL_WORKERS", "`2`", "parallel evaluations"),
     Variable("KERNELBOT_EVAL_TIMEOUT", "`300`", "wall-clock seconds per evaluation"),
     Variable("KERNELBOT_EVAL_MEMORY_MIB", "`8192`", "resident memory per evaluation"),
     Variable("KERNELBOT_FULL_CHECK_ELEMENTS", "`8388608`", "correctness runs at the production shapes when their "
              "inputs and outputs hold at most this many elements (and the FLOPs below), else at smaller shapes"),
     Variable("KERNELBOT_FULL_CHECK_GFLOPS", "`20`", "the reference GFLOPs up to which production shapes are checked"),
-    Variable("KERNELBOT_STATIC_PROFILE", "`fast`", "`fast` or `exact` libtpu static cycle profile"),
+    Variable("KERNELBOT_STATIC_PROFILE", "`fast`", "`fast` or `exact` libtpu static cycle profile",
+             choices=("fast", "exact")),
     Variable("KERNELBOT_DATABASE_URL", "SQLite at `$KERNELBOT_HOME/kernelbot.db`",
              "e.g. `postgresql://user@host/kernelbot` (psycopg 3)", secret=True),
     Variable("KERNELBOT_JOB_MODULES", "none",
@@ -73,14 +77,16 @@ VARIABLES: tuple[Variable, ...] = (
              "when the digest goes out (crontab; a sixth, leading field is seconds)"),
     Variable("KERNELBOT_TIMEZONE", "`UTC`", "the time zone of digests and schedules (IANA name)"),
     Variable("KERNELBOT_LOG_LEVEL", "`info` for `serve` and `runner`, `warning` for the rest",
-             "`debug`, `info`, `warning` or `error`"),
-    Variable("KERNELBOT_LOG_FORMAT", "`text`", "`text` (one line an event) or `json` (one object a line)"),
+             "`debug`, `info`, `warning` or `error`", choices=("debug", "info", "warning", "error")),
+    Variable("KERNELBOT_LOG_FORMAT", "`text`", "`text` (one line an event) or `json` (one object a line)",
+             choices=("text", "json")),
     Variable("KERNELBOT_DEBUG", "off", "`1` shows tracebacks instead of a one-line error and an id", reader="cli"),
     Variable("KERNELBOT_PYTHON", "found automatically", "the Python `./kb` builds `.venv` with", reader="kb"),
     Variable("KERNELBOT_HOST_JAX", "on a TPU host whose Python has JAX", "`1`: `./kb` uses the JAX (and libtpu) "
              "the Python it finds already has, as installed; `0`: `.venv` gets the pinned one", reader="kb"),
 )
 KNOWN = {v.name for v in VARIABLES}
+CHOICES = {v.name: v.choices for v in VARIABLES if v.choices}
 
 
 class SettingsError(ValueError):
@@ -130,10 +136,10 @@ def _prices(env: Mapping[str, str], name: str) -> tuple[tuple[str, float, float]
     return tuple(out)
 
 
-def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
+def _choice(env: Mapping[str, str], name: str, default: str, *, optional: bool = False) -> str:
     value = env.get(name) or default
-    if value not in choices:
-        raise SettingsError(f"{name}={value!r} must be one of {', '.join(choices)}")
+    if value not in CHOICES[name] and not (optional and value == ""):
+        raise SettingsError(f"{name}={value!r} must be one of {', '.join(CHOICES[name])}")
     return value
 
 
@@ -294,11 +300,11 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     on_host = host_target(env)
     return Settings(
         home=home,
-        default_target=_choice(env, "KERNELBOT_TARGET", on_host or FALLBACK_TARGET, TARGETS),
-        use_tpu=_choice(env, "KERNELBOT_TPU", "auto", ("auto", "off")) == "auto",
+        default_target=_choice(env, "KERNELBOT_TARGET", on_host or FALLBACK_TARGET),
+        use_tpu=_choice(env, "KERNELBOT_TPU", "auto") == "auto",
         host_target=on_host,
         eval_workers=_int(env, "KERNELBOT_EVAL_WORKERS", 2),
-        static_profile=_choice(env, "KERNELBOT_STATIC_PROFILE", "fast", ("fast", "exact")),
+        static_profile=_choice(env, "KERNELBOT_STATIC_PROFILE", "fast"),
         limits=limits,
         database_url=env.get("KERNELBOT_DATABASE_URL") or None,
         anthropic_api_key=env.get("ANTHROPIC_API_KEY") or None,
@@ -316,8 +322,48 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         digest_cron=_cron(env),
         timezone=_timezone(env),
         log_level=_choice({"KERNELBOT_LOG_LEVEL": env.get("KERNELBOT_LOG_LEVEL", "").lower()}, "KERNELBOT_LOG_LEVEL",
-                          "", ("debug", "info", "warning", "error", "")) or None,
-        log_format=_choice(env, "KERNELBOT_LOG_FORMAT", "text", ("text", "json")),
+                          "", optional=True) or None,
+        log_format=_choice(env, "KERNELBOT_LOG_FORMAT", "text"),
         config_file=config_file,
         cache_root=Path(env["KERNELBOT_CACHE_DIR"]).expanduser() if env.get("KERNELBOT_CACHE_DIR") else None,
     )
+
+
+def _masked(secret: str | None) -> str:
+    """What may be printed of a secret: its first four characters."""
+    return f"{secret[:4]}… (set)" if secret else "none"
+
+
+def _without_password(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def in_force(settings: Settings) -> dict[str, str]:
+    """The value in force of each setting `load_settings` reads, as `kernelbot config` shows it (secrets masked)."""
+    lim = settings.limits
+    values: dict[str, object] = {
+        "KERNELBOT_CONFIG": settings.config_file or "none", "KERNELBOT_HOME": settings.home,
+        "KERNELBOT_CACHE_DIR": settings.cache_dir, "KERNELBOT_TARGET": settings.default_target,
+        "KERNELBOT_TPU": "auto" if settings.use_tpu else "off", "KERNELBOT_EVAL_WORKERS": settings.eval_workers,
+        "KERNELBOT_EVAL_TIMEOUT": lim.wall_seconds, "KERNELBOT_EVAL_MEMORY_MIB": lim.memory_mib,
+        "KERNELBOT_FULL_CHECK_ELEMENTS": lim.full_check_elements,
+        "KERNELBOT_FULL_CHECK_GFLOPS": f"{lim.full_check_gflops:g}",
+        "KERNELBOT_STATIC_PROFILE": settings.static_profile,
+        "KERNELBOT_DATABASE_URL": _without_password(settings.database),
+        "KERNELBOT_JOB_MODULES": ",".join(settings.job_modules) or "none",
+        "ANTHROPIC_API_KEY": _masked(settings.anthropic_api_key),
+        "KERNELBOT_MODEL": settings.model or "(the newest the API lists)",
+        "KERNELBOT_MAX_COST_USD": f"{settings.max_cost_usd:g}",
+        "KERNELBOT_PRICES": ",".join(f"{f}={i:g}/{o:g}" for f, i, o in settings.prices) or "built-in",
+        "SLACK_BOT_TOKEN": _masked(settings.slack_bot_token), "SLACK_APP_TOKEN": _masked(settings.slack_app_token),
+        "SLACK_SIGNING_SECRET": _masked(settings.slack_signing_secret),
+        "KERNELBOT_SLACK_API_URL": settings.slack_api_url or "https://slack.com/api/",
+        "KERNELBOT_STEERERS": settings.steerers or "none",
+        "KERNELBOT_SUITES": os.pathsep.join(map(str, settings.suites)) or "none",
+        "KERNELBOT_DIGEST_CHANNELS": ",".join(settings.digest_channels) or "none",
+        "KERNELBOT_DIGEST_CRON": settings.digest_cron, "KERNELBOT_TIMEZONE": settings.timezone,
+        "KERNELBOT_LOG_LEVEL": settings.log_level or "(the command's own)", "KERNELBOT_LOG_FORMAT": settings.log_format,
+    }
+    return {name: str(value) for name, value in values.items()}

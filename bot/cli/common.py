@@ -89,6 +89,9 @@ def run_command(fn: Callable[[], int]) -> None:
         code = fn()
     except typer.Exit:
         raise
+    except BrokenPipeError:  # the reader went away (`| head`): nothing more to say, and no one to say it to
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(0) from None
     except Exception as exc:
         known = _friendly(exc)
         if known is None:

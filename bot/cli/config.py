@@ -33,30 +33,36 @@ def config_command(
     """Every setting with the value in force and where it came from (environment, config file, default)."""
 
     def run() -> int:
-        from storage.settings import VARIABLES, config_values, load_settings
+        from storage.settings import VARIABLES, config_values, in_force, load_settings
 
         settings = load_settings()  # a wrong value stops here, naming the setting
         if check:
             console.print(f"settings load{f' (with {settings.config_file})' if settings.config_file else ''}")
             return 0
         from_file = config_values(settings.config_file) if settings.config_file else {}
+        values = in_force(settings)
         rows = []
         for v in VARIABLES:
             if os.environ.get(v.name):
-                value, source = os.environ[v.name], "environment"
+                source = "environment"
             elif v.name in from_file:
-                value, source = from_file[v.name], str(settings.config_file)
+                source = str(settings.config_file)
             else:
-                value, source = "", f"default: {v.default}"
-            rows.append({"name": v.name, "value": shown(value, v.secret), "source": source})
+                source = f"default: {v.default}"
+            value = values[v.name] if v.name in values else shown(os.environ.get(v.name) or
+                                                                   from_file.get(v.name, ""), v.secret)
+            rows.append({"name": v.name, "value": value, "source": source,
+                         "choices": list(v.choices)})
         if as_json:
             print(json.dumps(rows, indent=1))
             return 0
         table = Table(title="kernelbot settings", pad_edge=False)
-        for column in ("setting", "value", "from"):
+        table.add_column("setting", no_wrap=True)
+        for column in ("value", "from"):
             table.add_column(column, overflow="fold")
         for row in rows:
-            table.add_row(row["name"], row["value"], row["source"])
+            choices = f" (one of {', '.join(row['choices'])})" if row["choices"] else ""
+            table.add_row(row["name"], row["value"], row["source"] + choices)
         console.print(table)
         return 0
 
