@@ -41,6 +41,7 @@ from tpu_runner.sandbox import ChildOutcome
 from tpu_runner.spares import SparePool
 from tpu_runner.static_check import StaticViolation, check_source
 from tpu_runner.tasks import Task, TaskError, config_from_json, load_task
+from tpu_runner.trace_export import trace_json
 from tpu_runner.traffic import traffic_from_json
 
 
@@ -375,6 +376,10 @@ def _finish(result: EvalResult, artifacts: Path, artifact_map: dict[str, str], s
         chart = render_profile_chart(result.profile, artifacts / "profile.png",
                                      title=f"{result.task} on {result.target} ({method})")
         artifact_map["profile_chart"] = str(chart)
+        # The same profile op by op for Perfetto's UI (ui.perfetto.dev) or chrome://tracing.
+        (artifacts / "profile.trace.json").write_bytes(trace_json(result.profile, task=result.task,
+                                                                 target=result.target))
+        artifact_map["profile_trace"] = str(artifacts / "profile.trace.json")
     result.artifacts = {**artifact_map, "result": str(artifacts / "result.json")}
     total = time.perf_counter() - started
     stage_seconds = sum(v for k, v in result.timings.items() if k in ("lower", "compile", "reference",

@@ -45,6 +45,9 @@ def test_eval_json_for_a_good_kernel(kernelbot_home: Path) -> None:
         result["performance"])
     assert result["performance"]["method"] == "estimated"
     assert Path(result["artifacts"]["profile_chart"]).is_file()
+    trace = json.loads(Path(result["artifacts"]["profile_trace"]).read_text())  # opens in Perfetto's UI
+    assert {e["name"] for e in trace["traceEvents"] if e.get("ph") == "M"} >= {"process_name"}
+    assert any(e.get("ph") == "X" and e["pid"] == 1 for e in trace["traceEvents"])  # the candidate's ops
 
 
 def _estimated(speedup: float, band: list[float] | None) -> EvalResult:
