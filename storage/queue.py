@@ -174,6 +174,24 @@ def release(session: Session, *, job_id: int, fence: int) -> bool:
     return result.rowcount == 1
 
 
+def return_jobs_of(session: Session, *, runner_id: str, why: str) -> list[int]:
+    """The running jobs of a runner that is gone, back in the queue at once (the attempt counts; a job with none
+    left fails with `why`); returns their ids."""
+    t = now()
+    jobs = session.exec(select(Job).where(Job.runner_id == runner_id, Job.status == "running")).all()
+    for job in jobs:
+        job.last_error = why
+        job.lease_expires_at = None
+        if job.attempts >= job.max_attempts:
+            job.status, job.finished_at = "failed", t
+        else:
+            job.status, job.run_after = "queued", t
+        job.fence += 1  # whatever the gone runner still sends is not its to record
+        session.add(job)
+    session.flush()
+    return [job.id for job in jobs if job.id is not None]
+
+
 def cancel(session: Session, *, job_id: int) -> bool:
     """Cancel a job that has not finished; a running holder finds out at its next heartbeat."""
     if session.get(Job, job_id) is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from sqlmodel import Session, col, select
@@ -49,3 +50,28 @@ def chip_runners(session: Session, *, target: str, kind: str, fresh_seconds: flo
     return [r for r in get_active_runners(session)
             if r.heartbeat_at >= since and kind in (r.kinds or [])
             and (r.hardware or {}).get("tpu") == target and (r.hardware or {}).get("measures")]
+
+
+DEAD_AFTER_SECONDS = 45.0  # three missed heartbeats (runners beat every 15 s at most)
+
+
+def _pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's live process
+        return False
+    return False
+
+
+def dead_runners(session: Session, *, host: str, dead_after: float = DEAD_AFTER_SECONDS) -> list[Runner]:
+    """Active runners that are gone: silent for longer than `dead_after`, or on this `host` with no process."""
+    since = now() - dead_after
+    return [r for r in get_active_runners(session)
+            if r.heartbeat_at < since or (r.host == host and _pid_gone(r.pid))]
+
+
+def mark_dead(session: Session, runner: Runner) -> None:
+    runner.status, runner.current_jobs = "dead", []
+    session.add(runner)

@@ -22,7 +22,15 @@ from sqlmodel import Session
 from storage import queue
 from storage.logs import log_context
 from storage.models import SessionEvent
-from storage.runners import chip_runners, deregister_runner, heartbeat_runner, register_runner
+from storage.runners import (
+    DEAD_AFTER_SECONDS,
+    chip_runners,
+    dead_runners,
+    deregister_runner,
+    heartbeat_runner,
+    mark_dead,
+    register_runner,
+)
 from storage.sessions import set_session_status
 from storage.settings import Settings
 from tpu_runner.hardware import get_chip
@@ -53,7 +61,8 @@ class RunnerConfig:
 
     @property
     def heartbeat_seconds(self) -> float:
-        return self.lease_seconds / 4
+        # Often enough that three missed beats (storage.runners.DEAD_AFTER_SECONDS) mean the runner is gone.
+        return min(self.lease_seconds / 4, DEAD_AFTER_SECONDS / 3)
 
 
 @dataclass
@@ -176,6 +185,21 @@ class RunnerDaemon:
                                 "result will be discarded", self.runner_id, h.lease.job_id)
             status = "stopping" if self.stopping.is_set() else "active"
             heartbeat_runner(s, runner_id=self.runner_id, current_jobs=sorted(held), status=status)
+            self._reap(s)
+
+    def _reap(self, s: Session) -> None:
+        """Runners that are gone (silent, or their process ended on this host): marked dead, their jobs returned
+        to the queue now rather than when their claims run out."""
+        for runner in dead_runners(s, host=socket.gethostname()):
+            if runner.id == self.runner_id:
+                continue
+            silent = time.time() - runner.heartbeat_at
+            why = (f"runner {runner.name} stopped answering (pid {runner.pid} on {runner.host}, last heard "
+                   f"{silent:.0f} s before); its unfinished attempt's files, if any, are in artifacts/job<id>-*")
+            returned = queue.return_jobs_of(s, runner_id=runner.id, why=why)
+            mark_dead(s, runner)
+            log.warning("runner %s: runner %s is gone (%s); returned its jobs %s to the queue", self.runner_id,
+                        runner.name, why, returned)
 
     def _run_job(self, lease: queue.Lease, spares: SparePool) -> None:
         try:

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from bot.speedup import no_clear_gain, outcome_speedup, speedup_text
+from storage.runners import DEAD_AFTER_SECONDS
 from tpu_runner.band import describe_speedup
 from tpu_runner.result import EvalResult
 
@@ -167,7 +168,10 @@ def runners_table(rows: Sequence[dict[str, Any]]) -> Table:
     for r in rows:
         hw = r["hardware"] or {}
         chips = f"TPU {hw['tpu']} ({hw.get('device_kind', '')})" if hw.get("tpu") else "CPU only"
-        table.add_row(r["name"], r["host"], r["status"], f"{chips} ({hw.get('cpus', '?')} cpus)",
+        status = r["status"]
+        if status == "active" and r["heartbeat_age_seconds"] > DEAD_AFTER_SECONDS:  # no live runner reaped it yet
+            status = "silent: presumed dead"
+        table.add_row(r["name"], r["host"], status, f"{chips} ({hw.get('cpus', '?')} cpus)",
                       ", ".join(r["targets"] or []), f"{r['heartbeat_age_seconds']:.0f} s ago",
                       ", ".join(map(str, r["current_jobs"])) or "-")
     return table

@@ -94,6 +94,45 @@ def test_sigkilled_runner_loses_nothing(fleet_db: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_a_runner_killed_mid_job_is_seen_dead_and_its_job_returned_before_its_claim_runs_out(
+        fleet_db: str, tmp_path: Path) -> None:
+    """With claims of 10 minutes, the job comes back only because a runner finds the killed one gone (its process
+    ended on this host) and returns the job: done once, by the other runner, the dead runner shown dead."""
+    (job_id,) = _enqueue(fleet_db, "fake_evaluate", 1, payload={"seconds": 60.0})
+    long_claims = ("--lease-seconds", "600")
+    victim = _start_runner(fleet_db, tmp_path, "victim", *long_claims)
+    engine = make_engine(fleet_db)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        with Session(engine) as s:
+            job = s.get(Job, job_id)
+            if job is not None and job.status == "running":
+                break
+        time.sleep(0.05)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait()
+    with Session(engine) as s, s.begin():  # the rest of the job is quick
+        job = s.get(Job, job_id)
+        assert job is not None
+        job.payload = {"seconds": 0.01}
+        s.add(job)
+    (out,) = _wait_all([_start_runner(fleet_db, tmp_path, "survivor", *long_claims)], timeout=60)
+    assert "runner victim is gone" in out, out
+    with Session(engine) as s:
+        job = s.get(Job, job_id)
+        assert job is not None and job.status == "done" and job.attempts == 2
+        assert "runner victim stopped answering" in (job.last_error or "")
+        assert len(s.exec(select(Evaluation).where(Evaluation.job_id == job_id)).all()) == 1
+        statuses = {r.name: r.status for r in s.exec(select(Runner)).all()}
+        assert statuses == {"victim": "dead", "survivor": "stopped"}
+    env = _env(fleet_db, tmp_path)
+    shown = json.loads(subprocess.run([sys.executable, "-m", "bot.cli", "runners", "--all", "--json"], cwd=REPO,
+                                      env=env, capture_output=True, text=True, check=True).stdout)
+    assert {r["name"]: r["status"] for r in shown} == statuses
+    engine.dispose()
+
+
+@pytest.mark.slow
 def test_job_that_kills_its_runner_fails_after_max_attempts(fleet_db: str, tmp_path: Path) -> None:
     (crash,) = _enqueue(fleet_db, "crash_runner", 1, max_attempts=2, priority=10)
     normal = _enqueue(fleet_db, "fake_evaluate", 20, payload={"seconds": 0.02})
