@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from bot.cli import render
 from bot.cli.common import AsJson, Target, console, err_console, get_settings, run_command
+from bot.cli.progress import Progress
 from bot.task_suites import REPO_TASKS
 from tpu_runner.tasks import TaskError
 
@@ -50,7 +49,7 @@ def tasks_command(
 
         # Each reference runs in its sandboxed child and compiles on a compile server (one per worker); on a
         # cold cache that is the slow part (f32 HIGHEST matmuls take ~15 s), so the tasks go in parallel.
-        with console.status("reading tasks (compiling references for cost analysis)...") as status, \
+        with Progress("tasks", console=err_console) as status, \
                 compile_service(root=settings.home / "sandbox", limits=settings.limits,
                                 static_profile=settings.static_profile) as compilers, \
                 ThreadPoolExecutor(max_workers=workers) as pool:
@@ -61,7 +60,7 @@ def tasks_command(
                 except TaskError as exc:
                     loaded[d] = exc
             store = reference_store(settings)
-            status.update(f"reading {len(dirs)} references (one sandboxed process)...")
+            status.update(f"reading {len(dirs)} references (one sandboxed process)")
             refused = store.prefetch([t for t in loaded.values() if isinstance(t, Task)])
 
             def read(d: Path) -> TaskInfo | TaskError:
@@ -76,7 +75,7 @@ def tasks_command(
                     return exc
 
             for done, (d, read_out) in enumerate(zip(dirs, pool.map(read, dirs), strict=True), start=1):
-                status.update(f"read {done}/{len(dirs)} tasks ({d.name})...")
+                status.update(f"read {done}/{len(dirs)} tasks ({d.name}; compiling references for cost analysis)")
                 if isinstance(read_out, TaskError):
                     errors.append(str(read_out))
                 else:
@@ -112,8 +111,9 @@ def eval_command(
 
         settings = get_settings()
         request = EvalRequest(task, kernel, target or settings.default_target, allow_pure_jax)
-        result = _with_progress(lambda on_stage: evaluate(request, settings, on_stage=on_stage),
-                                f"evaluating {kernel.name}", quiet=as_json)
+        with Progress(f"evaluating {kernel.name}", console=err_console) as progress:
+            result = evaluate(request, settings,
+                              on_stage=lambda stage: progress.update(render.STAGE_LABELS.get(stage, stage)))
         if as_json:
             print(json.dumps(result.to_json(), indent=1, default=float))
         else:
@@ -121,10 +121,3 @@ def eval_command(
         return 0 if result.ok else 1
 
     run_command(run)
-
-
-def _with_progress(work: Callable[[Callable[[str], None]], Any], label: str, *, quiet: bool) -> Any:
-    if quiet or not sys.stderr.isatty():
-        return work(lambda stage: None)
-    with err_console.status(f"{label}: starting") as status:
-        return work(lambda stage: status.update(f"{label}: {render.STAGE_LABELS.get(stage, stage)}"))

@@ -84,6 +84,9 @@ def test_eval_json_for_a_rejected_kernel_exits_non_zero(kernelbot_home: Path) ->
     assert result["verdict"] == "rejected" and result["stage"] == "static"
     assert result["error"]["kind"] == "no_pallas_call"
     assert result["correctness"]["status"] == "not_checked" and result["performance"] is None
+    # Not on a terminal: progress as plain lines on stderr, stdout JSON alone.
+    assert "evaluating not_a_kernel.py: starting (0 s)" in proc.stderr
+    assert "evaluating not_a_kernel.py: finished (" in proc.stderr
 
 
 @pytest.mark.parametrize(("args", "expected"), [
