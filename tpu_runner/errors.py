@@ -57,9 +57,14 @@ def candidate_line(exc: BaseException, candidate_path: str) -> int | None:
     return line
 
 
+def _raised_at(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f" raised at {frames[-1].filename}:{frames[-1].lineno} ({frames[-1].name})" if frames else ""
+
+
 def from_exception(exc: BaseException, *, stage: str, candidate_path: str,
                    default_kind: str | None = None) -> EvalError:
-    text = f"{type(exc).__name__}: {exc}"
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else f"{type(exc).__name__} (no message){_raised_at(exc)}"
     fallback = default_kind or _SNAKE.sub("_", type(exc).__name__).lower()
     kind = classify_text(text, fallback)
     detail = text.strip()

@@ -203,6 +203,8 @@ class _Evaluation:
         try:
             correctness = self.judge(report)
         except CandidateFailed as failed:
+            if checker_ran_out(failed.error, self.host):
+                return self._fail("correctness", self._checker_limit(failed.error), "unverified", ir_hash=ir_hash)
             return self._fail("correctness", failed.error, ir_hash=ir_hash)
         except DerivedShapesOnly as derived:
             return self._fail("correctness", self._derived_only(derived), "unverified", ir_hash=ir_hash)
@@ -231,6 +233,13 @@ class _Evaluation:
         self.stage("profile")
         profile["summary"] = summarise(profile)
         return self._verdict(correctness, perf, profile, ir_hash)
+
+    def _checker_limit(self, error: EvalError) -> EvalError:
+        """Memory the checking machine ran out of, said as that and what would check the kernel instead."""
+        return EvalError(error.kind, f"the checking machine ran out of memory running the kernel ({self.host}, "
+                         f"{self.settings.limits.memory_mib} MiB per evaluation), which says nothing of the kernel on "
+                         f"a {self.chip.name}'s HBM: {error.detail}\nWhat checks it: a TPU runner of {self.chip.name}, "
+                         "or here with KERNELBOT_EVAL_MEMORY_MIB raised", error.line, "correctness")
 
     def _derived_only(self, derived: DerivedShapesOnly) -> EvalError:
         """The failure at derived shapes, said as what it is and what would decide it."""
@@ -350,6 +359,11 @@ class _Evaluation:
         return EvalResult(task=self.task.task_id, target=chip.name, host=self.host, verdict=verdict,
                           stage="done", message=message, correctness=correctness, performance=perf, profile=profile,
                           notes=self.notes, timings=self.timings, ir_hash=ir_hash)
+
+
+def checker_ran_out(error: EvalError, host: str) -> bool:
+    """A kernel out of memory where it is checked off the chip: the checker's limit, not the kernel's fault."""
+    return error.kind == "hbm_oom" and host != "tpu"
 
 
 def headline(perf: Any, target: str) -> str:

@@ -1,0 +1,28 @@
+"""Errors that blame the right party and say something: an exception without a message says its type and where it
+was raised; memory the checking machine ran out of is not the kernel's fault."""
+
+from __future__ import annotations
+
+from tpu_runner.errors import from_exception
+from tpu_runner.evaluate import checker_ran_out
+from tpu_runner.result import EvalError
+
+
+def _allocate() -> None:
+    raise MemoryError
+
+
+def test_an_exception_without_a_message_says_its_type_and_where_it_was_raised() -> None:
+    try:
+        _allocate()
+    except MemoryError as exc:
+        error = from_exception(exc, stage="lower", candidate_path="/nowhere/kernel.py")
+    assert error.kind == "memory_error"
+    assert error.detail.startswith("MemoryError (no message) raised at ") and __file__ in error.detail
+    assert error.detail.endswith("(_allocate)")
+
+
+def test_running_out_of_memory_off_the_chip_is_the_checkers_limit_and_on_it_the_kernels() -> None:
+    oom = EvalError("hbm_oom", "RESOURCE_EXHAUSTED: Out of memory allocating 25770067152 bytes", None, "correctness")
+    assert checker_ran_out(oom, "cpu") and not checker_ran_out(oom, "tpu")
+    assert not checker_ran_out(EvalError("mismatch", "differs", None, "correctness"), "cpu")
