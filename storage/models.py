@@ -11,7 +11,7 @@ import time
 import uuid
 from typing import Any
 
-from sqlalchemy import JSON, Column, Index, Text, UniqueConstraint, text
+from sqlalchemy import JSON, Column, Index, LargeBinary, Text, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
 JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled")
@@ -227,6 +227,17 @@ class DigestSubscription(SQLModel, table=True):
     subscribed: bool = True
     changed_by: str | None = None  # the Slack user id of who subscribed or unsubscribed
     changed_at: float = Field(default_factory=now)
+
+
+class Blob(SQLModel, table=True):
+    """Bytes by their sha256: the files jobs carry (storage.blobs), each stored once."""
+
+    __tablename__ = "blobs"
+
+    digest: str = Field(primary_key=True)
+    content: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    size: int
+    created_at: float = Field(default_factory=now)
 
 
 class SlackMessage(SQLModel, table=True):

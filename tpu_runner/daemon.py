@@ -210,7 +210,8 @@ class RunnerDaemon:
 
     def _run_handler(self, lease: queue.Lease, spares: SparePool) -> None:
         handler = self.job_kinds[lease.kind]
-        ctx = JobContext(settings=self.settings, runner_id=self.runner_id, job_id=lease.job_id, spares=spares)
+        ctx = JobContext(settings=self.settings, runner_id=self.runner_id, job_id=lease.job_id, spares=spares,
+                         engine=self.engine)
         try:
             outcome = handler(ctx, lease.payload)
         except JobRejected as exc:

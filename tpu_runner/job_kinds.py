@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import Engine
+
 from storage.models import Evaluation
 from storage.settings import Settings
 from tpu_runner.spares import SparePool
@@ -27,6 +29,7 @@ class JobContext:
     runner_id: str
     job_id: int
     spares: SparePool | None = None
+    engine: Engine | None = None  # the queue's database, where the files a job carries are
 
 
 @dataclass(frozen=True)
@@ -123,17 +126,32 @@ def job_result(result: Any, **extra: Any) -> dict[str, Any]:
             "artifacts": str(Path(result.artifacts["result"]).parent) if result.artifacts else None, **extra}
 
 
+def _carried(ctx: JobContext, payload: dict[str, Any]) -> tuple[Path, Path]:
+    """The task and kernel a job names: the files it carries, unpacked on this runner (once per content), or - a job
+    queued before jobs carried their files - the paths it was given."""
+    if not (payload.get("task") and payload.get("kernel")) or ctx.engine is None:
+        return Path(payload["task_dir"]), Path(payload["kernel_path"])
+    from sqlmodel import Session
+
+    from storage.blobs import unpack_files
+
+    root = ctx.settings.home / "jobs"
+    with Session(ctx.engine) as s:
+        return unpack_files(s, payload["task"], root), unpack_files(s, payload["kernel"], root)
+
+
 def _evaluate(ctx: JobContext, payload: dict[str, Any]) -> Any:
+    from storage.blobs import BlobError
     from tpu_runner.evaluate import EvalRequest, KernelFileError, evaluate
     from tpu_runner.hardware import UnknownTarget
     from tpu_runner.tasks import TaskError
 
     try:
-        request = EvalRequest(Path(payload["task_dir"]), Path(payload["kernel_path"]),
-                              payload.get("target") or ctx.settings.default_target,
+        task_dir, kernel_path = _carried(ctx, payload)
+        request = EvalRequest(task_dir, kernel_path, payload.get("target") or ctx.settings.default_target,
                               bool(payload.get("allow_pure_jax", False)))
         return evaluate(request, ctx.settings, eval_id=f"job{ctx.job_id}-{int(time.time())}", spares=ctx.spares)
-    except (KeyError, TaskError, KernelFileError, UnknownTarget) as exc:
+    except (KeyError, TaskError, KernelFileError, UnknownTarget, BlobError) as exc:
         raise JobRejected(f"{type(exc).__name__}: {exc}") from exc
 
 

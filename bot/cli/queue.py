@@ -125,6 +125,7 @@ def enqueue_eval_command(
 
     def run() -> int:
         from storage import queue
+        from storage.blobs import pack_files
         from storage.connect import open_database
         from tpu_runner.evaluate import KernelFileError
         from tpu_runner.tasks import load_task
@@ -136,9 +137,11 @@ def enqueue_eval_command(
         chip = get_chip(target or settings.default_target)
         engine = open_database(settings)
         with Session(engine) as s, s.begin():
+            # The files travel with the job: any runner runs it, whatever becomes of them here.
             job = queue.enqueue(s, kind="evaluate", target=chip.name, priority=priority, payload={
                 "task_dir": str(task_obj.path), "kernel_path": str(kernel.resolve()), "target": chip.name,
-                "allow_pure_jax": allow_pure_jax})
+                "allow_pure_jax": allow_pure_jax, "task": pack_files(s, task_obj.path),
+                "kernel": pack_files(s, kernel.resolve())})
             job_id = job.id
         print(job_id)
         return 0

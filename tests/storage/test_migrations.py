@@ -23,7 +23,8 @@ TABLES_0001 = {"jobs", "runners", "candidates", "evaluations"}
 TABLES_0002 = {"sessions", "steps", "decisions", "session_events", "event_deliveries", "schedules", "digest_runs"}
 TABLES_0005 = {"slack_messages", "slack_inbox"}
 TABLES_0006 = {"digest_subscriptions"}
-ALL_TABLES = TABLES_0001 | TABLES_0002 | TABLES_0005 | TABLES_0006
+TABLES_0007 = {"blobs"}
+ALL_TABLES = TABLES_0001 | TABLES_0002 | TABLES_0005 | TABLES_0006 | TABLES_0007
 
 
 @pytest.fixture
@@ -39,7 +40,7 @@ def _tables(engine: Engine) -> set[str]:
 
 
 def test_the_revisions_form_one_line_ending_at_the_head() -> None:
-    assert head_revision() == "0006"
+    assert head_revision() == "0007"
 
 
 def test_the_migrated_schema_has_every_column_and_index_the_models_declare(bare_engine: Engine) -> None:
