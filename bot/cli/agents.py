@@ -132,7 +132,7 @@ def optimize_command(
             console.print(render.auto_result_line(summary), soft_wrap=True)
         return 0
 
-    run_command(run)
+    run_command(run, as_json=as_json)
 
 
 class _StepPrinter:

@@ -3,6 +3,7 @@ one line and the next step."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -84,7 +85,9 @@ def _log_unexpected(exc: Exception) -> str:
     return f"{error_id} (traceback in {log_dir / 'errors.log'})"
 
 
-def run_command(fn: Callable[[], int]) -> None:
+def run_command(fn: Callable[[], int], *, as_json: bool = False) -> None:
+    """Run a command's body: its exit code, or a failure as one line and the next step (exit 2) - on stderr, and
+    with `as_json` also as a JSON object on stdout, where the command's JSON would have been."""
     try:
         code = fn()
     except typer.Exit:
@@ -101,6 +104,8 @@ def run_command(fn: Callable[[], int]) -> None:
                      "KERNELBOT_DEBUG=1 shows the traceback here")
         message, hint = known
         err_console.print(f"[red]error:[/red] {message}\n[dim]next: {hint}[/dim]", soft_wrap=True)
+        if as_json:
+            print(json.dumps({"error": message, "next": hint, "exit_code": 2}, indent=1))
         raise typer.Exit(2) from None
     raise typer.Exit(code)
 

@@ -66,4 +66,4 @@ def config_command(
         console.print(table)
         return 0
 
-    run_command(run)
+    run_command(run, as_json=as_json)

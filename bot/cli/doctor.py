@@ -51,7 +51,7 @@ def doctor_command(
             console.print(render_checks(checks), markup=False, highlight=False, soft_wrap=True)
         return exit_code(checks)
 
-    run_command(run)
+    run_command(run, as_json=as_json)
 
 
 @_app.command("healthcheck", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

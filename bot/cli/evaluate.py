@@ -90,7 +90,7 @@ def tasks_command(
                 err_console.print(f"[yellow]skipped:[/yellow] {e}")
         return 0 if not errors else 1
 
-    run_command(run)
+    run_command(run, as_json=as_json)
 
 
 @_app.command("eval")
@@ -120,4 +120,4 @@ def eval_command(
             console.print(render.result_panel(result))
         return 0 if result.ok else 1
 
-    run_command(run)
+    run_command(run, as_json=as_json)

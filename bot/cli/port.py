@@ -120,4 +120,4 @@ def port_command(
             return 1
         return 0
 
-    run_command(run)
+    run_command(run, as_json=as_json)

@@ -173,7 +173,7 @@ def jobs_command(
             console.print(render.jobs_table(rows))
         return 0
 
-    run_command(run)
+    run_command(run, as_json=as_json)
 
 
 def _runner_names(s: Session) -> dict[str, str]:
@@ -209,7 +209,7 @@ def job_command(
             console.print(render.job_detail(row, evaluations), soft_wrap=True, highlight=False)
         return 0
 
-    run_command(run)
+    run_command(run, as_json=as_json)
 
 
 @_app.command("cancel")
@@ -260,4 +260,4 @@ def runners_command(
                 err_console.print("no runners; start one with `kernelbot runner`")
         return 0
 
-    run_command(run)
+    run_command(run, as_json=as_json)

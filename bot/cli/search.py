@@ -130,7 +130,7 @@ def search_command(
             console.print(render.search_result_line(summary), soft_wrap=True)
         return 0
 
-    run_command(run)
+    run_command(run, as_json=as_json)
 
 
 @_app.command("demo")
@@ -229,4 +229,4 @@ def bench_command(
                           f"x{s['geomean_speedup']:.2f}, fast_1 {s['fast_1']:.0%}, fast_2 {s['fast_2']:.0%}")
         return 0
 
-    run_command(run)
+    run_command(run, as_json=as_json)

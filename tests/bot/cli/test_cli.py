@@ -101,6 +101,9 @@ def test_bad_input_gets_one_line_and_a_next_step(kernelbot_home: Path, args: lis
     assert proc.returncode == 2
     assert expected in proc.stderr and "next:" in proc.stderr
     assert "Traceback" not in proc.stderr
+    as_json = _run([*args, "--json"], kernelbot_home)  # a script gets the same as JSON where the answer would be
+    error = json.loads(as_json.stdout)
+    assert as_json.returncode == 2 and expected in error["error"] and error["next"] and error["exit_code"] == 2
 
 
 def test_bad_setting_names_the_variable(kernelbot_home: Path) -> None:
