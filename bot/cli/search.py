@@ -140,6 +140,7 @@ def demo_command(
     budget: Budget = 8,
     brain: Annotated[str, typer.Option("--brain", help="offline | anthropic")] = "offline",
     target: Target = None,
+    as_json: AsJson = False,
 ) -> None:
     """The main job on the embedded default: the offline brain writes a kernel for a suite task, the beam search
     tunes it (SQLite, a runner in this process), and the result is shown against the XLA reference."""
@@ -152,14 +153,18 @@ def demo_command(
             known = sorted(p.parent.name for p in REPO_TASKS.glob("*/kernel_task.yaml"))
             raise TaskError(f"no suite task {task!r}; the suite has {', '.join(known)}")
         settings = get_settings()
-        console.print(f"kernelbot demo: the {brain} brain writes a Pallas kernel for [bold]{task}[/bold], a beam "
-                      f"search tunes it ({budget} evaluations; data in {settings.home})")
+        (err_console if as_json else console).print(
+            f"kernelbot demo: the {brain} brain writes a Pallas kernel for [bold]{task}[/bold], a beam search tunes "
+            f"it ({budget} evaluations; data in {settings.home})")
         summary = _search_one(task_dir, strategy="beam", budget=budget, width=2, brain=brain, seed=None,
-                              target=target, quiet=False)
-        console.print(render.search_summary_table(summary))
+                              target=target, quiet=False)  # progress on stderr either way
+        if as_json:
+            print(json.dumps(summary, indent=1))
+        else:
+            console.print(render.search_summary_table(summary))
         return 0 if summary["verdict"] == "ok" else 1
 
-    run_command(run)
+    run_command(run, as_json=as_json)
 
 
 def _suite_tasks(suite: Path) -> list[Path]:

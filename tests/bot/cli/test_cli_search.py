@@ -155,3 +155,10 @@ def test_a_killed_search_resumes_from_the_cli(tmp_path: Path) -> None:
     assert resumed.returncode == 0, resumed.stderr
     result = json.loads(resumed.stdout)
     assert result["status"] == "done" and result["evaluations"] == 3 and result["verdict"] == "ok"
+
+
+def test_demo_json_answers_in_json_even_when_it_cannot_start(tmp_path: Path) -> None:
+    proc = subprocess.run([*KERNELBOT, "demo", "--task", "nosuchtask", "--json"], capture_output=True, text=True,
+                          env=_env(tmp_path), timeout=120, cwd=REPO)
+    error = json.loads(proc.stdout)
+    assert proc.returncode == 2 and "no suite task 'nosuchtask'" in error["error"] and "softmax" in error["error"]
