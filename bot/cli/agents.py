@@ -104,11 +104,15 @@ def _auto_summary(engine: Any, session_id: str, task_id: str, target: str, statu
                              f"{failed.get('reason') or 'its runner stopped'}")
     best_id = finished.get("best_candidate_id")
     best = next((st for st in steps if best_id is not None and st.get("candidate_id") == best_id), {})
+    fastest_ok = max((st.get("speedup") or 0.0 for st in steps if st.get("verdict") == "ok"), default=None)
     return {"task": task_id, "session_id": session_id, "target": target,
             "verdict": best.get("verdict", "no_improvement"), "speedup": finished.get("best_speedup"),
             "method": best.get("method"), "band": best.get("band"), "kernel_path": best.get("kernel_path"),
             "evaluations": finished.get("evaluations", len(steps)), "stop_reason": finished.get("stop_reason"),
-            "improved": best_id is not None}
+            "improved": best_id is not None,
+            # The paper's figures count every kernel the session wrote, not only one faster than XLA.
+            "compiled": any(st.get("verdict") in render.COMPILED_VERDICTS for st in steps),
+            "correct": fastest_ok is not None, "best_ok_speedup": fastest_ok}
 
 
 @_app.command("optimize")

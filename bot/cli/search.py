@@ -200,6 +200,7 @@ def bench_command(
 
     def run() -> int:
         from agents.brains import BrainUnavailable
+        from agents.local import SessionStopped
 
         if mode not in ("search", "auto"):
             raise ValueError(f"--mode must be search or auto, not {mode!r}")
@@ -219,7 +220,7 @@ def bench_command(
                     from bot.cli.agents import run_auto
 
                     entry = run_auto(task_dir, brain=brain, budget=budget, target=target, quiet=as_json)
-            except (ValueError, BrainUnavailable) as exc:  # this task cannot run as asked; the others still do
+            except (ValueError, BrainUnavailable, SessionStopped) as exc:  # this task failed; the others still run
                 entry = {"task": task_dir.name, "verdict": None, "speedup": None, "method": None,
                          "kernel_path": None, "evaluations": 0, "error": str(exc)}
             entries.append(entry)

@@ -162,3 +162,20 @@ def test_demo_json_answers_in_json_even_when_it_cannot_start(tmp_path: Path) -> 
                           env=_env(tmp_path), timeout=120, cwd=REPO)
     error = json.loads(proc.stdout)
     assert proc.returncode == 2 and "no suite task 'nosuchtask'" in error["error"] and "softmax" in error["error"]
+
+
+def test_bench_counts_a_correct_kernel_slower_than_xla_as_compiled_and_correct() -> None:
+    from bot.cli.render import bench_summary
+
+    entries = [  # as `bench --mode auto` reports them
+        {"task": "a", "verdict": "no_improvement", "speedup": None, "compiled": True, "correct": True,
+         "best_ok_speedup": 0.8},
+        {"task": "b", "verdict": "ok", "speedup": 2.5, "compiled": True, "correct": True, "best_ok_speedup": 2.5},
+        {"task": "c", "verdict": "no_improvement", "speedup": None, "compiled": True, "correct": False,
+         "best_ok_speedup": None},
+        {"task": "d", "verdict": None, "speedup": None, "error": "SessionStopped: its runner stopped"},
+    ]
+    summary = bench_summary(entries)
+    assert summary["compiled"] == 3 and summary["correct"] == 2
+    assert summary["fast_1"] == pytest.approx(1 / 4) and summary["fast_2"] == pytest.approx(1 / 4)
+    assert summary["geomean_speedup"] == pytest.approx(2.5 ** (1 / 4))  # the slower one counts as x1
