@@ -216,14 +216,37 @@ def bench_summary(entries: list[dict[str, Any]]) -> dict[str, Any]:
             "geomean_speedup": geomean, "fast_1": fast(1.0), "fast_2": fast(2.0)}
 
 
+def failure_counts(outcomes: Sequence[tuple[str, str | None, str | None]]) -> list[list[Any]]:
+    """[[reason, count], ...], most frequent first, of the (verdict, stage, error kind) of candidates not ok."""
+    counts: dict[str, int] = {}
+    for verdict, stage, kind in outcomes:
+        if verdict == "ok":
+            continue
+        reason = f"{verdict}" + (f" at {stage}" if stage and stage != "done" else "") + (f": {kind}" if kind else "")
+        counts[reason] = counts.get(reason, 0) + 1
+    return [[reason, n] for reason, n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
+
+
+def gain_over_seed(summary: dict[str, Any]) -> str | None:
+    """When the best kernel is not the seed: its gain over the seed, and whether that is inside the estimate's likely
+    range of the seed (then it is no clear gain)."""
+    best, seed, band = summary.get("speedup"), summary.get("seed_speedup"), summary.get("seed_band")
+    if not (summary.get("improved") and summary.get("best_strategy_path") and best and seed):
+        return None
+    text = f"x{best / seed:.2f} over the seed (x{seed:.2f} -> x{best:.2f})"
+    if band and band[0] <= best <= band[1]:
+        text += f": inside the seed's likely range x{band[0]:.2f}-x{band[1]:.2f}, so not a clear gain"
+    return text
+
+
 def search_summary_table(summary: dict[str, Any]) -> Table:
     """The end of a search: the XLA reference (the baseline), where the search started, the best kernel."""
     method = summary.get("method") or "estimated"
     table = Table(title=f"{summary['task']} on {summary.get('target', '')}: {summary['strategy']} search, "
                         f"{summary['evaluations']} evaluations ({summary['duplicates']} duplicates not re-evaluated)",
                   show_header=False)
-    table.add_column("what", style="bold")
-    table.add_column("value")
+    table.add_column("what", style="bold", no_wrap=True)
+    table.add_column("value", overflow="fold")  # whole paths, wrapped rather than cut
 
     def ms(value: float | None) -> str:
         return f"{value:.4g} ms ({method})" if value is not None else "-"
@@ -236,6 +259,9 @@ def search_summary_table(summary: dict[str, Any]) -> Table:
         table.add_row("best kernel", f"{ms(summary.get('kernel_ms'))}, {fraction or 0:.0%} of roofline")
         table.add_row("speedup", Text(outcome_speedup(summary),
                                       style="yellow" if no_clear_gain(summary.get("band")) else "green"))
+        over = gain_over_seed(summary)
+        if over:
+            table.add_row("over the seed", Text(over, style="yellow" if "not a clear gain" in over else ""))
         table.add_row("how", " -> ".join(summary.get("best_strategy_path") or []) or "the seed as written")
         table.add_row("kernel file", str(summary.get("kernel_path")))
         table.add_row("profile chart", str(summary.get("profile_chart")))
@@ -243,6 +269,8 @@ def search_summary_table(summary: dict[str, Any]) -> Table:
         table.add_row("result", Text("no candidate beat the reference"
                                      + (f" (best ok: {outcome_speedup(summary)})" if summary.get("speedup") else ""),
                                      style="yellow"))
+    for reason, count in summary.get("failures") or []:
+        table.add_row("not ok", f"{count} x {reason}")
     table.add_row("search graph", str(summary.get("graph_png")))
     return table
 

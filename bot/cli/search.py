@@ -89,12 +89,16 @@ def _run_to_end(engine: Any, session_id: str, *, quiet: bool) -> dict[str, Any]:
                       on_poll=show)
     with Session(engine) as s:
         result = outcome(s, session_id)
-        graph, _, _ = load_graph(s, session_id)
+        graph, candidates, evaluations = load_graph(s, session_id)
         target = sessions.get_session(s, session_id=session_id).target
+        failures = render.failure_counts(
+            [(e.verdict, e.stage, ((e.result or {}).get("error") or {}).get("kind")) for e in evaluations.values()]
+            + [("failed", "generate", str(c.meta["error"]).split(":")[0]) for c in candidates.values()
+               if (c.meta or {}).get("error")])
     picture = render_search_graph(graph, settings.artifacts_dir / "sessions" / session_id / "search_graph.png",
                                   title=f"{result.task} on {target}: {result.strategy} search, {result.evaluations} "
                                         "evaluations")
-    return {**result.to_json(), "target": target, "graph_png": str(picture)}
+    return {**result.to_json(), "target": target, "graph_png": str(picture), "failures": failures}
 
 
 @_app.command("search")

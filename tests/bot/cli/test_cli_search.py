@@ -179,3 +179,17 @@ def test_bench_counts_a_correct_kernel_slower_than_xla_as_compiled_and_correct()
     assert summary["compiled"] == 3 and summary["correct"] == 2
     assert summary["fast_1"] == pytest.approx(1 / 4) and summary["fast_2"] == pytest.approx(1 / 4)
     assert summary["geomean_speedup"] == pytest.approx(2.5 ** (1 / 4))  # the slower one counts as x1
+
+
+def test_the_demo_table_says_why_candidates_failed_and_when_a_gain_is_inside_the_band() -> None:
+    from bot.cli.render import failure_counts, gain_over_seed
+
+    assert failure_counts([("ok", "done", None), ("compile_error", "compile", "vmem_oom"),
+                           ("compile_error", "compile", "vmem_oom"), ("incorrect", "correctness", "mismatch")]) == [
+        ["compile_error at compile: vmem_oom", 2], ["incorrect at correctness: mismatch", 1]]
+    tuned = {"improved": True, "best_strategy_path": ["block_m=256"], "seed_speedup": 4.50, "speedup": 4.58,
+             "seed_band": [3.22, 6.15]}
+    assert gain_over_seed(tuned) == ("x1.02 over the seed (x4.50 -> x4.58): inside the seed's likely range "
+                                     "x3.22-x6.15, so not a clear gain")
+    assert "not a clear gain" not in (gain_over_seed({**tuned, "speedup": 9.0}) or "")
+    assert gain_over_seed({**tuned, "best_strategy_path": []}) is None  # the seed itself is the best
