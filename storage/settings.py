@@ -1,5 +1,5 @@
 """The one reader of the environment (and of the optional configuration file). Entry points build a Settings
-and hand it down. `VARIABLES` is the reference of every setting: the README's configuration table is checked
+and hand it down. `VARIABLES` is the reference of every setting: the configuration table of docs/configuration.md is checked
 against it, and `kernelbot config` prints it with the values in force."""
 
 from __future__ import annotations
