@@ -1,6 +1,6 @@
 """The one reader of the environment (and of the optional configuration file). Entry points build a Settings
-and hand it down. `VARIABLES` is the reference of every setting: the configuration table of docs/configuration.md is checked
-against it, and `kernelbot config` prints it with the values in force."""
+and hand it down. `VARIABLES` is the reference of every setting: docs/configuration.md's table is checked against it,
+and `kernelbot config` prints it with the values in force."""
 
 from __future__ import annotations
 
