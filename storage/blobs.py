@@ -81,3 +81,29 @@ def unpack_files(session: Session, carried: dict[str, Any], root: Path) -> Path:
     except OSError:  # another job unpacked the same files first
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+KEPT_ARTIFACTS = ("result", "candidate", "profile_summary", "profile_chart", "profile_trace", "trace", "log")
+MAX_KEPT_FILE_BYTES = 16 * 2**20  # a larger file stays on its runner only
+
+
+def keep_files(session: Session, artifacts: dict[str, str]) -> dict[str, dict[str, str]]:
+    """An evaluation's files worth fetching elsewhere (its result, kernel, profile, chart and traces), stored:
+    {artifact: {"blob": digest, "name": file name}}. Folders and files too large are left on the runner."""
+    kept = {}
+    for name in KEPT_ARTIFACTS:
+        path = Path(artifacts.get(name, ""))
+        if artifacts.get(name) and path.is_file() and path.stat().st_size <= MAX_KEPT_FILE_BYTES:
+            kept[name] = {"blob": put(session, path.read_bytes()), "name": path.name}
+    return kept
+
+
+def fetch_files(session: Session, kept: dict[str, dict[str, str]], into: Path) -> list[Path]:
+    """Write a job's kept files into `into` (created); their paths."""
+    into.mkdir(parents=True, exist_ok=True)
+    written = []
+    for entry in kept.values():
+        target = into / Path(entry["name"]).name
+        target.write_bytes(get(session, entry["blob"]))
+        written.append(target)
+    return written

@@ -140,6 +140,19 @@ def _carried(ctx: JobContext, payload: dict[str, Any]) -> tuple[Path, Path]:
         return unpack_files(s, payload["task"], root), unpack_files(s, payload["kernel"], root)
 
 
+def _keep_files(ctx: JobContext, result: Any) -> dict[str, dict[str, str]]:
+    """The evaluation's result, kernel, profile and traces stored with the job, for `kernelbot job ID --files`
+    anywhere (the runner's own disk is not the team's)."""
+    if ctx.engine is None or not result.artifacts:
+        return {}
+    from sqlmodel import Session
+
+    from storage.blobs import keep_files
+
+    with Session(ctx.engine) as s, s.begin():
+        return keep_files(s, result.artifacts)
+
+
 def _evaluate(ctx: JobContext, payload: dict[str, Any]) -> Any:
     from storage.blobs import BlobError
     from tpu_runner.evaluate import EvalRequest, KernelFileError, evaluate
@@ -160,12 +173,14 @@ def evaluate_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
     """payload: task_dir, kernel_path, target, allow_pure_jax. An `unverified` result judged off the chip is
     followed by a production check on a TPU runner of the target, when the fleet has one."""
     result = _evaluate(ctx, payload)
+    files = _keep_files(ctx, result)
     then = []
     if production_check_wanted(result):
         then.append(FollowUp(kind="production_check", payload={**payload, "target": result.target,
                                                                "after_job": ctx.job_id},
                              target=result.target, dedup_key=f"production-check-{ctx.job_id}", needs_chip=True))
-    return JobOutcome(result=job_result(result), evaluations=[evaluation_record(result, ctx.runner_id)], then=then)
+    return JobOutcome(result=job_result(result, files=files), evaluations=[evaluation_record(result, ctx.runner_id)],
+                      then=then)
 
 
 @EVALUATION_KINDS.kind("production_check")
@@ -178,7 +193,7 @@ def production_check_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome
     result = _evaluate(ctx, payload)
     after = payload.get("after_job")
     result.notes.append(f"production check on the chip of job {after}'s unverified result: this verdict decides it")
-    return JobOutcome(result=job_result(result, decides_job=after),
+    return JobOutcome(result=job_result(result, decides_job=after, files=_keep_files(ctx, result)),
                       evaluations=[evaluation_record(result, ctx.runner_id)])
 
 

@@ -185,12 +185,15 @@ def _runner_names(s: Session) -> dict[str, str]:
 @_app.command("job")
 def job_command(
     job_id: Annotated[int, typer.Argument(help="The job's id (`kernelbot jobs` lists them).")],
+    files: Annotated[Path | None, typer.Option("--files", help="Write the job's result, kernel, profile, chart and "
+                                               "traces into this folder (from the database: any host).")] = None,
     as_json: AsJson = False,
 ) -> None:
     """One job: its status, runner, whole outcome, its evaluation's message and where its files are."""
 
     def run() -> int:
         from storage import queue
+        from storage.blobs import fetch_files
         from storage.connect import open_database
         from storage.models import Evaluation, Job
 
@@ -203,10 +206,16 @@ def job_command(
             row = render.job_row(job, ids, _runner_names(s))
             evaluations = [{"id": e.id, "verdict": e.verdict, "result": e.result, "artifacts_dir": e.artifacts_dir}
                            for e in (s.get(Evaluation, i) for i in ids) if e is not None]
+            fetched = fetch_files(s, (job.result or {}).get("files") or {}, files) if files else []
+        if files and not fetched:
+            err_console.print(f"job {job_id} kept no files (not finished, not an evaluation, or queued before jobs "
+                              "kept their files)")
         if as_json:
-            print(json.dumps({**row, "evaluations": evaluations}, indent=1))
+            print(json.dumps({**row, "evaluations": evaluations, "fetched": [str(p) for p in fetched]}, indent=1))
         else:
             console.print(render.job_detail(row, evaluations), soft_wrap=True, highlight=False)
+            for path in fetched:
+                console.print(f"  fetched: {path}", soft_wrap=True, highlight=False)
         return 0
 
     run_command(run, as_json=as_json)

@@ -64,9 +64,12 @@ def test_a_job_runs_after_its_kernel_file_is_deleted_on_a_runner_elsewhere(tmp_p
     proc = subprocess.run([*cli, "runner", "--exit-when-idle", "--name", "elsewhere", "--kind", "evaluate"], env=env,
                           capture_output=True, text=True, timeout=600, cwd=elsewhere)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    job = json.loads(subprocess.run([*cli, "job", job_id, "--json"], env=env, capture_output=True, text=True,
-                                    timeout=120, cwd=elsewhere, check=True).stdout)
+    shutil.rmtree(home / "artifacts")  # the runner's own disk is not where the team reads results
+    fetched = tmp_path / "fetched"
+    job = json.loads(subprocess.run([*cli, "job", job_id, "--json", "--files", str(fetched)], env=env,
+                                    capture_output=True, text=True, timeout=120, cwd=elsewhere, check=True).stdout)
     assert job["status"] == "done" and job["verdict"] == "ok", job
-    (evaluation,) = job["evaluations"]
-    assert Path(evaluation["result"]["artifacts"]["candidate"]).read_bytes() == (
-        TASKS / "layer_norm" / "solutions" / "pallas.py").read_bytes()
+    assert {Path(p).name for p in job["fetched"]} >= {"result.json", "candidate.py", "profile.png",
+                                                      "profile.trace.json", "profile.txt"}
+    assert (fetched / "candidate.py").read_bytes() == (TASKS / "layer_norm" / "solutions" / "pallas.py").read_bytes()
+    assert json.loads((fetched / "result.json").read_text())["verdict"] == "ok"
