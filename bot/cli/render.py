@@ -115,8 +115,8 @@ def job_outcome(row: dict[str, Any]) -> str:
     if row.get("after_job"):
         parts.append(f"decides job {row['after_job']}")
     parts += result.get("follow_ups") or []
-    if row.get("error"):
-        parts.append(str(row["error"]))
+    if row.get("error"):  # a done job's error is an earlier attempt's
+        parts.append(("earlier attempt: " if row.get("status") == "done" else "") + str(row["error"]))
     return "; ".join(parts)
 
 

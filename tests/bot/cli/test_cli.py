@@ -231,6 +231,8 @@ def test_a_jobs_outcome_says_its_verdict_what_it_decides_and_where_its_checks_we
     assert render.job_outcome(unverified) == "unverified; production_check queued for the TPU v6e runners (v6e-host)"
     assert render.job_outcome({"result": {"verdict": "ok"}, "after_job": 7, "error": None}) == "ok; decides job 7"
     assert render.job_outcome({"result": None, "error": "RuntimeError: boom"}) == "RuntimeError: boom"
+    assert render.job_outcome({"status": "done", "result": {"verdict": "ok"}, "error": "runner r1 stopped answering"}
+                              ) == "ok; earlier attempt: runner r1 stopped answering"
 
 
 def test_jobs_job_and_cancel_from_the_command_line(tmp_path: Path) -> None:
