@@ -1,1 +1,1 @@
-"""Surfaces: the command line today, the Slack app later. No agent or evaluation logic lives here."""
+"""Surfaces: the command line (`bot/cli`) and the Slack app (`bot/slack`). No agent or evaluation logic lives here."""

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import re
 import threading
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +17,6 @@ import jax
 import numpy as np
 
 from tpu_runner.hardware import ChipSpec
-from tpu_runner.tasks import Configuration
 
 _CYCLES = re.compile(r'hlo_op_name:\s*"([^"]*)"\s*estimated_cycles:\s*(\d+)')
 
@@ -43,19 +40,6 @@ class StaticProfile:
         return ops
 
 
-@dataclass
-class CompileReport:
-    lower_seconds: float
-    compile_seconds: float
-    ops: list[tuple[str, int]] = field(default_factory=list)  # static cycle estimates per op
-    cost: dict[str, float] = field(default_factory=dict)
-    memory: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def cycles(self) -> int:
-        return sum(c for _, c in self.ops)
-
-
 _topologies: dict[str, Any] = {}
 _topologies_lock = threading.Lock()  # libtpu registers its PJRT plugin once: a second concurrent call fails
 
@@ -73,33 +57,3 @@ def target_sharding(chip: ChipSpec) -> jax.sharding.NamedSharding:
         topo = _topologies[chip.topology]
     mesh = jax.sharding.Mesh(np.array(topo.devices[:1]), ("x",))
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-
-
-def abstract_args(config: Configuration, sharding: Any | None) -> list[Any]:
-    dyn = [jax.ShapeDtypeStruct(a.shape, np.dtype(a.dtype), sharding=sharding) for a in config.dynamic]
-    return dyn + list(config.static)
-
-
-def trace(fn: Callable[..., Any], config: Configuration, sharding: Any | None) -> jax.stages.Traced:
-    return jax.jit(fn, static_argnums=config.static_argnums).trace(*abstract_args(config, sharding))
-
-
-def compile_lowered(lowered: jax.stages.Lowered, profile: StaticProfile, *, lower_seconds: float,
-                    keep_in: Path | None = None, label: str = "op") -> CompileReport:
-    """Compile ahead of time and read back cost analysis, memory analysis and the static cycle profile."""
-    profile.collect()  # drop anything an earlier, failed compile left behind
-    t0 = time.perf_counter()
-    compiled = lowered.compile()
-    seconds = time.perf_counter() - t0
-    cost = compiled.cost_analysis() or {}
-    if isinstance(cost, list):  # older JAX returned one dict per device
-        cost = cost[0] if cost else {}
-    memory: dict[str, int] = {}
-    mem = compiled.memory_analysis()
-    if mem is not None:
-        for name in ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes",
-                     "generated_code_size_in_bytes"):
-            memory[name] = int(getattr(mem, name, 0) or 0)
-    return CompileReport(lower_seconds=lower_seconds, compile_seconds=seconds,
-                         ops=profile.collect(keep_in=keep_in, label=label),
-                         cost={k: float(v) for k, v in cost.items() if isinstance(v, int | float)}, memory=memory)

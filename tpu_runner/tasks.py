@@ -3,7 +3,7 @@ workload directory (`baseline.py`, see `jaxbench.py`); or a KernelBench-style mo
 `class Model` (see `kernelbench.py`) - each read unchanged.
 
 `load_task` reads a task without running any of its code (safe in any process). Running the reference
-(`import_reference`, `configurations`) happens only where JAX is wanted: the evaluation child and
+(`import_reference`, `concrete_configurations`) happens only where JAX is wanted: the evaluation child and
 `kernelbot tasks`.
 """
 

@@ -1,6 +1,7 @@
-"""Convolutions: a 2-D (NCHW x OIHW) or 3-D (NCDHW x OIDHW) conv_general_dilated, stride 1, VALID, no dilation
-and no feature groups, followed by an epilogue: per-channel broadcasts (bias, affine weights), elementwise chains,
-and reductions over all the spatial axes (a global pool to [N, C], or statistics per (sample, channel) plane such
+"""Convolutions: a 2-D (NCHW x OIHW) or 3-D (NCDHW x OIDHW) conv_general_dilated with any padding, strides or
+input dilation (a transposed convolution's; not strides and input dilation together), no kernel dilation and no
+feature groups, followed by an epilogue: per-channel broadcasts (bias, affine weights), elementwise chains, and
+reductions over all the spatial axes (a global pool to [N, C], or statistics per (sample, channel) plane such
 as an instance norm's).
 
 The kernel is an implicit GEMM on a flattened layout that needs no transpose of the input. One sample's input

@@ -1,7 +1,7 @@
 """`/kernel` command text -> a parsed command, or a usage error that names the closest match.
 
-Pure: no Slack here. The Slack app (a later issue) acks with the error's text as an ephemeral message, or records
-the command and enqueues its work.
+Pure: no Slack here. The Slack app (`bot.slack.listeners.commands`) acks with the error's text as an ephemeral
+message, or records the command and enqueues its work.
 """
 
 from __future__ import annotations
