@@ -107,10 +107,14 @@ def production_check_wanted(result: Any) -> bool:
     return result.verdict == "unverified" and result.host != "tpu"
 
 
+def _artifacts_dir(result: Any) -> str | None:
+    return str(Path(result.artifacts["result"]).parent) if result.artifacts else None
+
+
 def evaluation_record(result: Any, runner_id: str | None = None, candidate_id: int | None = None) -> Evaluation:
     """An Evaluation row from an EvalResult."""
     perf = result.performance
-    artifacts = str(Path(result.artifacts["result"]).parent) if result.artifacts else None
+    artifacts = _artifacts_dir(result)
     return Evaluation(task=result.task, target=result.target, verdict=result.verdict, stage=result.stage,
                       speedup=perf.speedup if perf else None, method=perf.method if perf else None,
                       result=result.to_json(), artifacts_dir=artifacts, runner_id=runner_id,
@@ -123,7 +127,7 @@ def job_result(result: Any, **extra: Any) -> dict[str, Any]:
     return {"verdict": result.verdict, "message": result.message, "stage": result.stage,
             "error_kind": result.error.kind if result.error else None,
             "speedup": perf.speedup if perf else None, "method": perf.method if perf else None,
-            "artifacts": str(Path(result.artifacts["result"]).parent) if result.artifacts else None, **extra}
+            "artifacts": _artifacts_dir(result), **extra}
 
 
 def _carried(ctx: JobContext, payload: dict[str, Any]) -> tuple[Path, Path]:

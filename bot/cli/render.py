@@ -103,13 +103,17 @@ def job_row(job: Any, evaluation_ids: list[int], runner_names: dict[str, str] | 
             "after_job": (job.payload or {}).get("after_job"), "payload": job.payload}
 
 
+def verdict_phrase(verdict: str, stage: str | None, kind: str | None) -> str:
+    """`compile_error at compile: vmem_oom`, or `ok` for a finished one."""
+    return f"{verdict}" + (f" at {stage}" if stage and stage != "done" else "") + (f": {kind}" if kind else "")
+
+
 def job_outcome(row: dict[str, Any]) -> str:
     """A job's outcome in a few words: its verdict and speedup, what it decides, where its follow-ups went, or its
     error."""
     result = row.get("result") or {}
-    parts = [str(result["verdict"])] if result.get("verdict") else []
-    if result.get("verdict") and result.get("stage") not in (None, "done"):
-        parts[0] += f" at {result['stage']}" + (f": {result['error_kind']}" if result.get("error_kind") else "")
+    parts = [verdict_phrase(result["verdict"], result.get("stage"), result.get("error_kind"))] \
+        if result.get("verdict") else []
     if result.get("speedup"):
         parts.append(f"x{result['speedup']:.2f} {result.get('method') or ''}".strip())
     if row.get("after_job"):
@@ -222,7 +226,7 @@ def failure_counts(outcomes: Sequence[tuple[str, str | None, str | None]]) -> li
     for verdict, stage, kind in outcomes:
         if verdict == "ok":
             continue
-        reason = f"{verdict}" + (f" at {stage}" if stage and stage != "done" else "") + (f": {kind}" if kind else "")
+        reason = verdict_phrase(verdict, stage, kind)
         counts[reason] = counts.get(reason, 0) + 1
     return [[reason, n] for reason, n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
 

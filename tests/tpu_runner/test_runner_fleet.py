@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func
+from sqlalchemy import Engine, func
 from sqlmodel import Session, col, select
 
 from storage import queue
@@ -53,6 +53,17 @@ def _enqueue(url: str, kind: str, count: int, **kwargs: object) -> list[int]:
         ids = [queue.enqueue(s, kind=kind, **kwargs).id for _ in range(count)]  # type: ignore[arg-type]
     engine.dispose()
     return [i for i in ids if i is not None]
+
+
+def _wait_until_running(engine: Engine, job_id: int, *, seconds: float) -> None:
+    """Until a runner holds the job (or `seconds` pass)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with Session(engine) as s:
+            job = s.get(Job, job_id)
+            if job is not None and job.status == "running":
+                return
+        time.sleep(0.05)
 
 
 def _wait_all(procs: list[subprocess.Popen[str]], timeout: float = 240) -> list[str]:
@@ -102,13 +113,7 @@ def test_a_runner_killed_mid_job_is_seen_dead_and_its_job_returned_before_its_cl
     long_claims = ("--lease-seconds", "600")
     victim = _start_runner(fleet_db, tmp_path, "victim", *long_claims)
     engine = make_engine(fleet_db)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        with Session(engine) as s:
-            job = s.get(Job, job_id)
-            if job is not None and job.status == "running":
-                break
-        time.sleep(0.05)
+    _wait_until_running(engine, job_id, seconds=120)
     os.kill(victim.pid, signal.SIGKILL)
     victim.wait()
     with Session(engine) as s, s.begin():  # the rest of the job is quick
@@ -170,13 +175,7 @@ def test_sigterm_finishes_the_running_job_and_deregisters(fleet_db: str, tmp_pat
     (job_id,) = _enqueue(fleet_db, "noop", 1, payload={"seconds": 2.0})
     runner = _start_runner(fleet_db, tmp_path, "term")
     engine = make_engine(fleet_db)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        with Session(engine) as s:
-            job = s.get(Job, job_id)
-            if job is not None and job.status == "running":
-                break
-        time.sleep(0.05)
+    _wait_until_running(engine, job_id, seconds=60)
     runner.send_signal(signal.SIGTERM)
     out = _wait_all([runner])[0]
     assert runner.returncode == 0, out
@@ -193,13 +192,7 @@ def test_sigterm_gives_back_a_job_that_outlasts_the_grace_period(fleet_db: str, 
     (job_id,) = _enqueue(fleet_db, "noop", 1, payload={"seconds": 30.0})
     runner = _start_runner(fleet_db, tmp_path, "short", "--grace-seconds", "0.5")
     engine = make_engine(fleet_db)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        with Session(engine) as s:
-            job = s.get(Job, job_id)
-            if job is not None and job.status == "running":
-                break
-        time.sleep(0.05)
+    _wait_until_running(engine, job_id, seconds=60)
     runner.send_signal(signal.SIGTERM)
     _wait_all([runner], timeout=60)
     assert runner.returncode == 0
