@@ -10,7 +10,7 @@ measured speedup (tasks without an ok kernel count as 1x), how many are faster b
 of estimates within 0.8-1.25x of the measured speedup. Needs a TPU host (`kernelbot doctor` says).
 
     .venv/bin/python benchmarks/on_chip.py [--suite measured --suite tasks] [--only NAME,NAME] [--workers 4]
-                                           [--json FILE]
+                                           [--json FILE] [--log FILE.jsonl]
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import yaml  # noqa: E402
 from storage.settings import Settings, load_settings  # noqa: E402
 from tpu_runner.evaluate import EvalRequest, evaluate_many  # noqa: E402
 from tpu_runner.hardware import ChipSpec, get_chip  # noqa: E402
+from tpu_runner.reference_data import reference_store  # noqa: E402
 from tpu_runner.result import EvalResult  # noqa: E402
 from tpu_runner.tasks import TaskError, load_task  # noqa: E402
 
@@ -112,7 +113,7 @@ def line(e: dict) -> str:
 
 
 def run_suite(name: str, suite: Path, only: list[str], chip: ChipSpec, settings: Settings, root: Path,
-              workers: int) -> list[dict]:
+              workers: int, log: Path | None = None) -> list[dict]:
     tasks = [d for d in sorted(suite.iterdir()) if (d / "kernel_task.yaml").is_file() or (d / "baseline.py").is_file()]
     tasks = [d for d in tasks if not only or d.name in only]
     out = root / f"kernels-{name}"
@@ -124,10 +125,21 @@ def run_suite(name: str, suite: Path, only: list[str], chip: ChipSpec, settings:
           f"in {time.perf_counter() - t0:.0f} s", flush=True)
     requests = [EvalRequest(d, p, chip.name) for d, (p, _) in zip(tasks, written, strict=True) if p is not None]
 
-    def done(request: EvalRequest, result: EvalResult | Exception) -> None:
-        print(line(entry(request.task_dir, "", result)), flush=True)
-
     t0 = time.perf_counter()
+    loaded = [load_task(r.task_dir) for r in requests]
+    reference_store(settings).prefetch(loaded)
+    failed = reference_store(settings, chip).prefetch_outputs(loaded)
+    print(f"{name}: the reference's outputs at production shapes for {len(loaded)} tasks computed on the chip in "
+          f"{time.perf_counter() - t0:.0f} s{f' ({len(failed)} failed)' if failed else ''}", flush=True)
+    t0 = time.perf_counter()
+
+    def done(request: EvalRequest, result: EvalResult | Exception) -> None:
+        e = entry(request.task_dir, "", result)
+        print(f"{line(e)}  [{time.perf_counter() - t0:.0f} s]", flush=True)
+        if log is not None:  # each entry as it comes: a run cut short by a time limit keeps what it finished
+            with log.open("a") as f:
+                f.write(json.dumps({"suite": name, **e}, default=str) + "\n")
+
     results = iter(evaluate_many(requests, settings, workers=workers, on_done=done))
     entries = [entry(d, why, next(results) if p is not None else None) for d, (p, why) in
                zip(tasks, written, strict=True)]
@@ -142,6 +154,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4, help="evaluations at once (the chip takes them in turn)")
     parser.add_argument("--home", type=Path, help="KERNELBOT_HOME to keep (default: a temporary one)")
     parser.add_argument("--json", type=Path, help="also write every entry and summary here")
+    parser.add_argument("--log", type=Path, help="append each entry here as a JSON line the moment it is done")
     args = parser.parse_args()
     only = [n for n in args.only.split(",") if n]
     report = {}
@@ -153,7 +166,7 @@ def main() -> None:
         chip = get_chip(settings.host_target)
         settings = replace(settings, default_target=chip.name)
         for name in args.suite or ["measured", "tasks"]:
-            entries = run_suite(name, SUITES[name], only, chip, settings, Path(tmp), args.workers)
+            entries = run_suite(name, SUITES[name], only, chip, settings, Path(tmp), args.workers, args.log)
             s = summary(entries)
             report[name] = {"tasks": entries, "summary": s}
             print(f"{name} summary (measured on {chip.device_kind}): {s['tasks']} tasks, {s['ok']} with an ok kernel, "

@@ -18,6 +18,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -31,7 +32,7 @@ from tpu_runner.correctness import run_candidate_case
 from tpu_runner.coverage import output_coverage
 from tpu_runner.errors import from_exception
 from tpu_runner.hardware import ChipSpec, get_chip
-from tpu_runner.inputs import EVALUATOR_CASES
+from tpu_runner.inputs import EVALUATOR_CASES, case_inputs
 from tpu_runner.ir import ir_digest
 from tpu_runner.measure import measure_pair  # imported before the candidate: its functions are watched (integrity)
 from tpu_runner.protocol import (
@@ -225,51 +226,76 @@ class CandidateStages:
         return checks
 
     def run_checks(self, task: Task, cand_fn: Any, checks: list[CheckShape]) -> None:
+        """Each check's cases in turn, stopping at the first failure. The next case's inputs are drawn and the
+        outputs written by a helper thread meanwhile: on a chip, the chip then waits for neither."""
         self.outputs.mkdir(parents=True, exist_ok=True)
         twice = True
         failed = False
-        for check in checks:
-            values_from = (f"production:{check.name.split('[')[1].rstrip(']')}" if check.production
-                           else f"test:{check.name.split('[')[1].rstrip(']')}" if check.name.startswith("test")
-                           else None)
-            config = with_values(task, check.config, values_from)
-            entry = CheckReport(name=check.name, config=config_to_json(check.config), values_from=values_from,
-                                why=check.why, differs=check.differs, production=check.production)
-            self.report.checks.append(entry)
-            for case in EVALUATOR_CASES:
-                if failed:
-                    break
-                label = f"{check.name}/{case.name}"
-                with target_context(self.target, self.on_device):
-                    ran = run_candidate_case(label=label, config=config, candidate=cand_fn, case=case,
-                                             interpret=not self.on_device, candidate_path=self.candidate_path,
-                                             twice=twice)
-                if ran is None:
-                    continue
-                twice = False
-                out = CaseOutput(case=case.name)
-                if ran.error is not None:
-                    out.error = ran.error
-                    failed = True  # the judge stops at the first failure; later cases are not needed
-                else:
-                    assert ran.outputs is not None
-                    out.outputs = f"{check.name}.{case.name}.npz"
-                    save_outputs(self.outputs / out.outputs, ran.outputs.tree, list(ran.outputs.leaves))
-                    if ran.again is not None:
-                        out.again = f"{check.name}.{case.name}.again.npz"
-                        save_outputs(self.outputs / out.again, ran.again.tree, list(ran.again.leaves))
-                entry.cases.append(out)
+        writes: list[Future[None]] = []
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="case-io") as helper:
+            for check in checks:
+                values_from = (f"production:{check.name.split('[')[1].rstrip(']')}" if check.production
+                               else f"test:{check.name.split('[')[1].rstrip(']')}" if check.name.startswith("test")
+                               else None)
+                config = with_values(task, check.config, values_from)
+                entry = CheckReport(name=check.name, config=config_to_json(check.config), values_from=values_from,
+                                    why=check.why, differs=check.differs, production=check.production)
+                self.report.checks.append(entry)
+                ahead = helper.submit(case_inputs, config, EVALUATOR_CASES[0])
+                for k, case in enumerate(EVALUATOR_CASES):
+                    if failed:
+                        break
+                    with self.timed("correctness.inputs"):
+                        host = ahead.result()
+                    if k + 1 < len(EVALUATOR_CASES):
+                        ahead = helper.submit(case_inputs, config, EVALUATOR_CASES[k + 1])
+                    if host is None:
+                        continue
+                    label = f"{check.name}/{case.name}"
+                    with target_context(self.target, self.on_device), self.timed("correctness.run"):
+                        ran = run_candidate_case(label=label, config=config, candidate=cand_fn, case=case,
+                                                 interpret=not self.on_device, candidate_path=self.candidate_path,
+                                                 twice=twice, host=host)
+                    assert ran is not None
+                    twice = False
+                    out = CaseOutput(case=case.name)
+                    if ran.error is not None:
+                        out.error = ran.error
+                        failed = True  # the judge stops at the first failure; later cases are not needed
+                    else:
+                        assert ran.outputs is not None
+                        out.outputs = f"{check.name}.{case.name}.npz"
+                        writes.append(helper.submit(save_outputs, self.outputs / out.outputs, ran.outputs.tree,
+                                                    list(ran.outputs.leaves)))
+                        if ran.again is not None:
+                            out.again = f"{check.name}.{case.name}.again.npz"
+                            writes.append(helper.submit(save_outputs, self.outputs / out.again, ran.again.tree,
+                                                        list(ran.again.leaves)))
+                    entry.cases.append(out)
+            with self.timed("correctness.writing"):
+                for write in writes:
+                    write.result()
+
+    @contextlib.contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        """Add the time spent inside to `name` in the report's timings (the parts of a stage)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.report.timings[name] = self.report.timings.get(name, 0.0) + time.perf_counter() - t0
 
     def time_on_this_host(self, task: Task, ref_fn: Any, cand_fn: Any, prod: list[Configuration]) -> None:
-        from tpu_runner.inputs import Case, case_inputs
+        from tpu_runner.inputs import Case
 
         config = prod[0]
         atol, rtol = task.tolerance(0)
         input_sets = []
-        for i in range(3):
-            inputs = case_inputs(config, Case(f"timing{i}", "normal", 7 + i))
-            assert inputs is not None  # only a "task" case can lack inputs
-            input_sets.append(inputs)
+        with self.timed("performance.inputs"):
+            for i in range(3):
+                inputs = case_inputs(config, Case(f"timing{i}", "normal", 7 + i))
+                assert inputs is not None  # only a "task" case can lack inputs
+                input_sets.append(inputs)
         pair = measure_pair(reference=ref_fn, candidate=cand_fn, input_sets=input_sets,
                             static=config.static, trace_dir=self.artifacts / "trace", atol=atol, rtol=rtol)
         self.report.measured = MeasuredTimes(

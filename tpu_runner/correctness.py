@@ -83,9 +83,11 @@ class ReferenceRun:
 
 
 def run_candidate_case(*, label: str, config: Configuration, candidate: Callable[..., Any], case: Case,
-                       interpret: bool, candidate_path: str, twice: bool) -> CandidateRun | None:
-    """The candidate's outputs on one case (None when the case does not apply to this configuration)."""
-    host = case_inputs(config, case)
+                       interpret: bool, candidate_path: str, twice: bool,
+                       host: list[np.ndarray] | None = None) -> CandidateRun | None:
+    """The candidate's outputs on one case (None when the case does not apply to this configuration); `host`, the
+    case's inputs when drawn already."""
+    host = host if host is not None else case_inputs(config, case)
     if host is None:
         return None
     fn = jax.jit(candidate, static_argnums=config.static_argnums)
@@ -142,11 +144,11 @@ def _float64_truth(reference: Callable[..., Any], host: list[np.ndarray], config
 
 
 def run_reference_case(*, config: Configuration, reference: Callable[..., Any], case: Case,
-                       as_target: Callable[..., Any] | None = None, truth: bool = True,
-                       truth_device: Any = None) -> ReferenceRun | None:
+                       as_target: Callable[..., Any] | None = None, truth: bool = True) -> ReferenceRun | None:
     """The reference's outputs on one case: as the target computes (`as_target`, the dynamic arguments only)
     when given, else as written on this process's default device (a TPU's own numerics on a TPU); and, with
-    `truth`, the float64 truth (on `truth_device` when given: a TPU has no float64)."""
+    `truth`, the float64 truth (on this process's default device: the reference's child on a TPU makes it on the
+    CPU itself, `case_truth`, a TPU having no float64)."""
     host = case_inputs(config, case)
     if host is None:
         return None
@@ -157,9 +159,14 @@ def run_reference_case(*, config: Configuration, reference: Callable[..., Any], 
         expected = as_output_set(jax.block_until_ready(fn(*_fresh(host, config.static))))
     wide = None
     if truth:
-        with jax.default_device(truth_device) if truth_device is not None else contextlib.nullcontext():
-            wide = _float64_truth(reference, host, config)
+        wide = _float64_truth(reference, host, config)
     return ReferenceRun(case, expected, wide, lambda: perturbed_truth(config=config, reference=reference, case=case))
+
+
+def case_truth(*, config: Configuration, reference: Callable[..., Any], case: Case) -> OutputSet | None:
+    """The reference in float64 on the case's own inputs (None where the case does not apply or it cannot run so)."""
+    host = case_inputs(config, case)
+    return None if host is None else _float64_truth(reference, host, config)
 
 
 def perturbed_truth(*, config: Configuration, reference: Callable[..., Any], case: Case) -> OutputSet | None:

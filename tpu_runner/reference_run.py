@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import numpy as np
 from tpu_runner import chip
 from tpu_runner.arrays import OutputSet, save_outputs
 from tpu_runner.checkshapes import dot_flops
-from tpu_runner.correctness import perturbed_truth, run_reference_case
+from tpu_runner.correctness import case_truth, perturbed_truth, run_reference_case
 from tpu_runner.inputs import EVALUATOR_CASES
 from tpu_runner.numerics import as_on_tpu
 from tpu_runner.protocol import ExportedTask, OutputJob, ReferenceReport, ReferenceRequest, write_json
@@ -100,15 +101,18 @@ def _open_chip(workdir: Path) -> None:
     chip.open_chip()
 
 
-def _outputs(request: ReferenceRequest, task_index: int, jobs: list[OutputJob], out: Path, workdir: Path
-             ) -> dict[str, dict[str, dict[str, str | None]]]:
+def _outputs(request: ReferenceRequest, task_index: int, jobs: list[OutputJob], out: Path, workdir: Path,
+             background: ThreadPoolExecutor, timings: dict[str, float]) -> dict[str, dict[str, dict[str, str | None]]]:
     """One task's outputs for its jobs: as the target computes them (on the chip itself, or as XLA computes on a
     TPU), and the float64 truth (on the CPU; on the chip only where the reference's dots are within
-    `truth_gflops`, float64 at production shapes being far too slow for large ones)."""
+    `truth_gflops`, float64 at production shapes being far too slow for large ones). The target's outputs are
+    computed here, in turn; the truth and the files are made in `background` meanwhile, so that CPU work does not
+    keep the chip waiting."""
     task = load_task(request.task_dirs[task_index])
     ref_fn = import_reference(task).computation
     cases = {c.name: c for c in EVALUATOR_CASES}
     found: dict[str, dict[str, dict[str, str | None]]] = {}
+    pending: list[Future[None]] = []
     for job in jobs:
         _stage(workdir, f"reference outputs {job.key}")
         config = with_values(task, config_from_json(job.config), job.values_from)
@@ -117,19 +121,37 @@ def _outputs(request: ReferenceRequest, task_index: int, jobs: list[OutputJob], 
             reference_gflops(ref_fn, config) <= request.truth_gflops
         files: dict[str, dict[str, str | None]] = {}
         for name in job.cases:
+            stem = f"{job.key}.{name}"
             if job.perturbed:
                 with _on_cpu():
                     moved = perturbed_truth(config=config, reference=ref_fn, case=cases[name])
-                files[name] = {"perturbed": _save(out, f"{job.key}.{name}.perturbed.npz", moved)}
+                files[name] = {"perturbed": _save(out, f"{stem}.perturbed.npz", moved)}
                 continue
+            t0 = time.perf_counter()
             ran = run_reference_case(config=config, reference=ref_fn, case=cases[name], as_target=on_target,
-                                     truth=with_truth, truth_device=_cpu() if request.on_chip else None)
+                                     truth=False)
+            timings["target_outputs"] = timings.get("target_outputs", 0.0) + time.perf_counter() - t0
             if ran is None:
                 continue
-            files[name] = {"expected": _save(out, f"{job.key}.{name}.expected.npz", ran.expected),
-                           "truth": _save(out, f"{job.key}.{name}.truth.npz", ran.truth)}
+            files[name] = {"expected": f"{stem}.expected.npz", "truth": None}
+            pending.append(background.submit(_save, out, f"{stem}.expected.npz", ran.expected))
+            if with_truth:
+                pending.append(background.submit(_truth, out, f"{stem}.truth.npz", files[name], config, ref_fn,
+                                                 cases[name], timings))
         found[job.key] = files
+    t0 = time.perf_counter()
+    for done in pending:
+        done.result()  # a failure of any of them is the task's
+    timings["waiting_for_truth"] = timings.get("waiting_for_truth", 0.0) + time.perf_counter() - t0
     return found
+
+
+def _truth(out: Path, name: str, entry: dict[str, str | None], config: Any, ref_fn: Any, case: Any,
+           timings: dict[str, float]) -> None:
+    t0 = time.perf_counter()
+    with _on_cpu():
+        entry["truth"] = _save(out, name, case_truth(config=config, reference=ref_fn, case=case))
+    timings["truth"] = timings.get("truth", 0.0) + time.perf_counter() - t0
 
 
 def _cpu() -> Any:
@@ -167,13 +189,15 @@ def run(request: ReferenceRequest, workdir: Path) -> ReferenceReport:
         except chip.ChipBusy as exc:
             report.chip_busy = str(exc)
             return report
-    for index in sorted({job.task for job in request.outputs}):
-        try:
-            report.outputs.update(_outputs(request, index, [j for j in request.outputs if j.task == index], out,
-                                           workdir))
-        except Exception as exc:  # noqa: BLE001 - likewise
-            report.output_errors[request.task_dirs[index]] = _failure(exc)
-            report.task_error = report.task_error or _failure(exc)
+    # Two helpers: enough to keep up with the chip on most tasks without holding many float64 outputs at once.
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="truth") as background:
+        for index in sorted({job.task for job in request.outputs}):
+            try:
+                report.outputs.update(_outputs(request, index, [j for j in request.outputs if j.task == index], out,
+                                               workdir, background, report.timings))
+            except Exception as exc:  # noqa: BLE001 - likewise
+                report.output_errors[request.task_dirs[index]] = _failure(exc)
+                report.task_error = report.task_error or _failure(exc)
     report.timings["outputs"] = time.perf_counter() - t1
     return report
 
