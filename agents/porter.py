@@ -32,6 +32,7 @@ from agents.brains import BrainUnavailable, default_brain, make_brain
 from agents.subagents import code_blocks
 from storage.settings import Settings
 from tpu_runner.porting import PortError, PortResult, check_against_pytorch, describe_module, port_pytorch
+from tpu_runner.pysource import parse as parse_source
 from tpu_runner.reference_check import AddedTask, add_checked_task
 from tpu_runner.tasks import TaskError
 
@@ -199,7 +200,7 @@ def reference_code(answer: str) -> str:
         raise _Refused(PortError("no_answer", "the answer has no ```python block with reference.py"))
     code = blocks[-1].strip() + "\n"
     try:
-        tree = ast.parse(code)
+        tree = parse_source(code)
     except SyntaxError as exc:
         raise _Refused(PortError("syntax", f"reference.py is not valid Python (line {exc.lineno}): {exc.msg}",
                                  exc.lineno)) from None
@@ -325,7 +326,7 @@ def task_files(code: str, *, spec: PortPrompt, name: str, brain: str, verified: 
                                f"reference above was written by the {brain} brain and {how}.", width=116,
                                initial_indent="# ", subsequent_indent="# ")
     reference = f"{code.rstrip()}\n\n\n{provenance}\n# The original source:\n#\n{original}\n"
-    tree = ast.parse(code)
+    tree = parse_source(code)
     summary = (ast.get_docstring(tree) or "").strip().splitlines()
     blob = code + "\n".join(spec.signature)
     dtype = next((d for d in ("bfloat16", "float16") if d in blob), "float32")
@@ -343,7 +344,7 @@ def task_files(code: str, *, spec: PortPrompt, name: str, brain: str, verified: 
 
 def _arguments(code: str, shapes: Sequence[str]) -> tuple[str, ...]:
     """`x: float32[64,128]` per argument of computation, from its parameter names and the checked shapes."""
-    tree = ast.parse(code)
+    tree = parse_source(code)
     fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "computation")
     names = [a.arg for a in fn.args.args]
     given = shapes[0].split(", ") if shapes and shapes[0] else []

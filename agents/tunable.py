@@ -16,6 +16,8 @@ import itertools
 import random
 from typing import Any
 
+from tpu_runner.pysource import parse as parse_source
+
 Params = dict[str, Any]
 Space = dict[str, tuple[Any, ...]]
 
@@ -26,7 +28,7 @@ class TunableError(ValueError):
 
 def _module(code: str) -> ast.Module:
     try:
-        return ast.parse(code)
+        return parse_source(code)
     except SyntaxError as exc:
         raise TunableError(f"the kernel does not parse: {exc}") from exc
 

@@ -16,6 +16,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tpu_runner.pysource import parse as parse_source
+
 BASELINE = "baseline.py"
 # bf16 results of long reductions differ from an f64 truth by a few bf16 ulps (2^-8 each).
 DEFAULT_TOLERANCE = 2e-2
@@ -28,7 +30,7 @@ def is_workload(root: Path) -> bool:
 def literal_config(source: str) -> dict[str, Any]:
     """CONFIG as written, when it is a literal (read without running the module); {} otherwise."""
     try:
-        tree = ast.parse(source)
+        tree = parse_source(source)
     except SyntaxError:
         return {}
     for node in tree.body:
@@ -43,7 +45,7 @@ def literal_config(source: str) -> dict[str, Any]:
 
 def description(source: str, config: dict[str, Any]) -> str:
     try:
-        doc = ast.get_docstring(ast.parse(source)) or ""
+        doc = ast.get_docstring(parse_source(source)) or ""
     except SyntaxError:
         doc = ""
     shapes = ", ".join(f"{k}={v}" for k, v in config.items() if isinstance(v, int | float | str) and k != "name")

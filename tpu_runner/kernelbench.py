@@ -16,6 +16,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tpu_runner.pysource import parse as parse_source
+
 MODEL_CLASSES = ("ModelNew", "Model")  # a candidate's class first: KernelBench names the rewrite ModelNew
 FORWARD = ("forward", "__call__")
 # KernelBench compares with atol = rtol = 1e-2.
@@ -52,7 +54,7 @@ def is_module_task(path: Path) -> bool:
     if path.suffix != ".py" or not path.is_file():
         return False
     try:
-        tree = ast.parse(path.read_text())
+        tree = parse_source(path.read_text())
     except (SyntaxError, UnicodeDecodeError, OSError):
         return False
     functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
@@ -62,7 +64,7 @@ def is_module_task(path: Path) -> bool:
 
 def description(source: str, name: str) -> str:
     try:
-        doc = ast.get_docstring(ast.parse(source)) or ""
+        doc = ast.get_docstring(parse_source(source)) or ""
     except SyntaxError:
         doc = ""
     return doc.strip().splitlines()[0] if doc.strip() else f"{name} (a KernelBench-style module: Model.forward)"

@@ -16,6 +16,7 @@ import ast
 from dataclasses import dataclass
 
 from tpu_runner import kernelbench
+from tpu_runner.pysource import parse as parse_source
 from tpu_runner.result import EvalError
 
 # Modules a candidate may import, by exact name or (PREFIX_IMPORTS) with any submodule.
@@ -407,7 +408,7 @@ def check_source(source: str, *, expected_params: int | None, allow_pure_jax: bo
                  filename: str = "candidate.py") -> StaticReport:
     """Raise StaticViolation for the first problem found; return what was learned otherwise."""
     try:
-        tree = ast.parse(source, filename=filename)
+        tree = parse_source(source, filename=filename)
     except SyntaxError as exc:
         raise StaticViolation(EvalError(kind="syntax_error", line=exc.lineno, stage="static",
                                         detail=f"{exc.msg} at line {exc.lineno}: {(exc.text or '').strip()}")) from None
@@ -430,7 +431,7 @@ def check_source(source: str, *, expected_params: int | None, allow_pure_jax: bo
 def reference_param_count(reference_source: str) -> int | None:
     """Positional parameters of the reference's `computation`, read from its source."""
     try:
-        tree = ast.parse(reference_source)
+        tree = parse_source(reference_source)
     except SyntaxError:
         return None
     return _entry_point_params(tree)[1]

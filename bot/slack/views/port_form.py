@@ -5,7 +5,6 @@ started)."""
 
 from __future__ import annotations
 
-import ast
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from bot.slack.views.kit import (
     unfenced,
 )
 from tpu_runner.porting import PORT_SECONDS, PortResult
+from tpu_runner.pysource import parse as parse_source
 
 PORT_CALLBACK = "port_kernel"
 PORTING_CALLBACK = "port_kernel_porting"
@@ -240,7 +240,7 @@ def parse_submission(view: dict[str, Any]) -> PortSubmission:
 
 def _syntax_problem(code: str, filename: str) -> str | None:
     try:
-        ast.parse(code, filename=filename)
+        parse_source(code, filename=filename)
     except SyntaxError as exc:
         where = f"Line {exc.lineno}: " if exc.lineno else ""
         shown = f" in: {exc.text.strip()[:80]}" if exc.text and exc.text.strip() else ""

@@ -26,6 +26,7 @@ from bot.slack.views.kit import (
     unfenced,
 )
 from tpu_runner.hardware import CHIPS
+from tpu_runner.pysource import parse as parse_source
 from tpu_runner.reference_check import CHECK_SECONDS, ReferenceCheck
 
 REFERENCE_CALLBACK = "new_reference"
@@ -188,7 +189,7 @@ def _reference_problem(code: str) -> str | None:
     if not code.strip():
         return "Paste the reference: computation(...) and get_inputs() in pure JAX."
     try:
-        tree = ast.parse(code, filename="reference.py")
+        tree = parse_source(code, filename="reference.py")
     except SyntaxError as exc:
         where = f"Line {exc.lineno}: " if exc.lineno else ""
         shown = f" in: {exc.text.strip()[:80]}" if exc.text and exc.text.strip() else ""
@@ -213,7 +214,7 @@ def _tolerance_problem(name: str, raw: str) -> str | None:
 def task_files(submission: ReferenceSubmission) -> dict[str, str]:
     """reference.py and kernel_task.yaml for a submission without static problems."""
     try:
-        docstring = ast.get_docstring(ast.parse(submission.reference)) or ""
+        docstring = ast.get_docstring(parse_source(submission.reference)) or ""
     except SyntaxError:
         docstring = ""
     description = docstring.strip().splitlines()[0] if docstring.strip() else "A reference pasted into Slack."
