@@ -442,7 +442,7 @@ def evaluate_many(requests: Iterable[EvalRequest], settings: Settings, *, worker
             spares.keep = min(workers, waiting[0]) if warm_spares else 0
         try:
             outcome: EvalResult | Exception = evaluate(req, settings, spares=spares)
-        except (TaskError, KernelFileError, ValueError, ChipBusy) as exc:
+        except Exception as exc:  # noqa: BLE001 - one candidate's failure is its outcome; the others go on
             outcome = exc
         if on_done:
             on_done(req, outcome)

@@ -237,6 +237,7 @@ class ReferenceReport:
     output_errors: dict[str, str] = field(default_factory=dict)  # by task dir: why its outputs could not be
     timings: dict[str, float] = field(default_factory=dict)
     chip_busy: str | None = None  # the TPU was held by a process outside kernelbot: why, naming it
+    finished: list[str] = field(default_factory=list)  # task dirs whose outputs are done (written after each)
 
     @classmethod
     def read(cls, path: Path) -> ReferenceReport:

@@ -65,6 +65,11 @@ def _stopped(outcome: ChildOutcome, task: Task, limits: EvalLimits) -> str:
     return f"the reference's process of task {task.task_id} {how} ({doing}) without a result:\n{tail}"
 
 
+def _task_at(stage: str | None, tasks: list[Task]) -> Task:
+    """The task a reference child was working on, read from its stage ('reference outputs <task id>-<key>')."""
+    return next((t for t in tasks if stage and f" {t.task_id}-" in stage), tasks[0])
+
+
 class ReferenceStore:
     """The reference's data for the tasks evaluated here. With `device_kind` (this host's TPU, when candidates are
     checked on it), outputs are computed on that chip; otherwise as XLA computes them on a TPU, on the CPU."""
@@ -98,8 +103,15 @@ class ReferenceStore:
                                                   private=(self.cache_dir, self.sandbox_dir.parent)))
         path = scratch / "reference_report.json"
         if outcome.returncode != 0 or not path.is_file() or outcome.timed_out or outcome.memory_exceeded:
-            shutil.rmtree(scratch, ignore_errors=True)
-            raise TaskError(_stopped(outcome, tasks[0], self.limits))
+            why = _stopped(outcome, _task_at(outcome.stage, tasks), self.limits)
+            if strict or not path.is_file():
+                shutil.rmtree(scratch, ignore_errors=True)
+                raise TaskError(why)
+            report = ReferenceReport.read(path)  # the tasks it finished before it stopped are kept
+            for task in tasks:
+                if str(task.path) not in report.finished:
+                    report.output_errors[str(task.path)] = why
+            return report, scratch
         report = ReferenceReport.read(path)
         if report.chip_busy:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -167,7 +168,10 @@ def reference_gflops(ref_fn: Any, config: Any) -> float:
     return dot_flops(jax.make_jaxpr(lambda *d: ref_fn(*d, *config.static))(*args)) / 1e9
 
 
-def run(request: ReferenceRequest, workdir: Path) -> ReferenceReport:
+def run(request: ReferenceRequest, workdir: Path,
+        on_task_done: Callable[[ReferenceReport], None] | None = None) -> ReferenceReport:
+    """Describe and export the tasks asked for, then compute their outputs task by task (`on_task_done` after each:
+    the report so far, so that a child that dies later loses only the task it was on)."""
     report = ReferenceReport()
     out = Path(request.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -189,8 +193,8 @@ def run(request: ReferenceRequest, workdir: Path) -> ReferenceReport:
         except chip.ChipBusy as exc:
             report.chip_busy = str(exc)
             return report
-    # Two helpers: enough to keep up with the chip on most tasks without holding many float64 outputs at once.
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="truth") as background:
+    # One helper: a float64 truth at production shapes can take GiBs, two at once more than the memory limit.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="truth") as background:
         for index in sorted({job.task for job in request.outputs}):
             try:
                 report.outputs.update(_outputs(request, index, [j for j in request.outputs if j.task == index], out,
@@ -198,14 +202,19 @@ def run(request: ReferenceRequest, workdir: Path) -> ReferenceReport:
             except Exception as exc:  # noqa: BLE001 - likewise
                 report.output_errors[request.task_dirs[index]] = _failure(exc)
                 report.task_error = report.task_error or _failure(exc)
+            report.finished.append(request.task_dirs[index])
+            if on_task_done:
+                on_task_done(report)
     report.timings["outputs"] = time.perf_counter() - t1
     return report
 
 
 def main(argv: list[str]) -> int:
     request_path = Path(argv[1])
-    report = run(ReferenceRequest.read(request_path), request_path.parent)
-    write_json(request_path.with_name("reference_report.json"), report)
+    report_path = request_path.with_name("reference_report.json")
+    report = run(ReferenceRequest.read(request_path), request_path.parent,
+                 on_task_done=lambda so_far: write_json(report_path, so_far))
+    write_json(report_path, report)
     return 0
 
 
