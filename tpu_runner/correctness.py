@@ -106,9 +106,16 @@ def run_candidate_case(*, label: str, config: Configuration, candidate: Callable
         if arg.is_deleted():
             return CandidateRun(case, error=EvalError("input_donated", f"{label}: input {k} was donated/deleted by "
                                                       "the candidate; inputs must be left untouched"))
-        if not np.array_equal(np.asarray(arg), original, equal_nan=True):
+        if not _same_bits(np.asarray(arg), original):
             return CandidateRun(case, error=EvalError("input_mutated", f"{label}: input {k} changed during the call"))
     return CandidateRun(case, outputs=got, again=again)
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Byte for byte the same array (NaNs alike; a -0.0 written over a 0.0 is a change): ~10x faster than a value
+    comparison on the production inputs the chip checks."""
+    return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(np.ascontiguousarray(a).view(np.uint8),
+                                                                       np.ascontiguousarray(b).view(np.uint8))
 
 
 # Unit roundoff of each floating dtype: how far one rounding at that precision can move a value, relatively.
