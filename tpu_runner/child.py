@@ -237,7 +237,8 @@ class CandidateStages:
                 values_from = (f"production:{check.name.split('[')[1].rstrip(']')}" if check.production
                                else f"test:{check.name.split('[')[1].rstrip(']')}" if check.name.startswith("test")
                                else None)
-                config = with_values(task, check.config, values_from)
+                with self.timed("correctness.task_values"):
+                    config = with_values(task, check.config, values_from)
                 entry = CheckReport(name=check.name, config=config_to_json(check.config), values_from=values_from,
                                     why=check.why, differs=check.differs, production=check.production)
                 self.report.checks.append(entry)
@@ -338,7 +339,9 @@ class CandidateStages:
             report.ir_hash = ir_digest([text for _, text in programs])
             self.pass_ir_gate()
             self.enter("correctness")
-            self.run_checks(task, cand_fn, self.check_shapes(task, ref_fn, cand_fn, production))
+            with self.timed("correctness.choosing_shapes"):
+                checks = self.check_shapes(task, ref_fn, cand_fn, production)
+            self.run_checks(task, cand_fn, checks)
             self.leave()
             if self.measured:
                 self.enter("performance")

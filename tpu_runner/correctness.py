@@ -76,10 +76,18 @@ class CandidateRun:
 class ReferenceRun:
     case: Case
     expected: OutputSet
-    truth: OutputSet | None  # float64, None where the reference cannot run that way
+    truth: OutputSet | None  # float64, None where the reference cannot run that way or it is made `later`
     # float64 on inputs rounded once more at their precision (the task's sensitivity): asked for only when an
     # elementwise comparison fails, since it costs another float64 run of the reference
     perturbed: Callable[[], OutputSet | None] | None = None
+    # the truth, where it was not made with the outputs (large dots at production shapes): made when first asked
+    later: Callable[[], OutputSet | None] | None = None
+
+    def float64(self) -> OutputSet | None:
+        """The float64 truth, made now if it is made only when needed."""
+        if self.truth is None and self.later is not None:
+            self.truth, self.later = self.later(), None
+        return self.truth
 
 
 def run_candidate_case(*, label: str, config: Configuration, candidate: Callable[..., Any], case: Case,
@@ -211,15 +219,17 @@ class Judge:
         self.baseline_scale = self.baseline_scale or scale
         atol = self.atol * max(1.0, scale / self.baseline_scale) if self.baseline_scale else self.atol
         comparison = compare_outputs(cand.outputs, ref.expected, atol, self.rtol)
-        if not comparison.ok and comparison.error and comparison.error.kind == "mismatch" and ref.truth is not None:
-            comparison = compare_outputs(cand.outputs, ref.expected, atol, self.rtol, ref.truth)
+        near_miss = not comparison.ok and comparison.error is not None and comparison.error.kind == "mismatch"
+        truth = ref.float64() if near_miss else None  # made only now where it is made only when needed
+        if truth is not None:
+            comparison = compare_outputs(cand.outputs, ref.expected, atol, self.rtol, truth)
         note = ""
         perturbed = None
-        if not comparison.ok and comparison.error and comparison.error.kind == "mismatch" and ref.truth is not None \
+        if not comparison.ok and comparison.error and comparison.error.kind == "mismatch" and truth is not None \
                 and ref.perturbed is not None:
             perturbed = ref.perturbed()
-        if perturbed is not None and ref.truth is not None and cand.outputs is not None:
-            sensitive, note = within_sensitivity(cand.outputs, ref.truth, perturbed)
+        if perturbed is not None and truth is not None and cand.outputs is not None:
+            sensitive, note = within_sensitivity(cand.outputs, truth, perturbed)
             if sensitive:
                 comparison = Comparison(True, comparison.max_abs_err, comparison.max_rel_err)
         if not comparison.ok:

@@ -319,12 +319,13 @@ class _Evaluation:
             expected, truth = files["expected"], files.get("truth")
             assert expected is not None
 
-            def perturbed(job: OutputJob = job, case: str = out.case) -> OutputSet | None:
-                path = self.store.perturbed(self.task, job, case)
+            def float64(part: str, job: OutputJob = job, case: str = out.case) -> OutputSet | None:
+                path = self.store.float64(self.task, job, case, part)
                 return load_outputs(path) if path else None
 
             ref = ReferenceRun(by_name[out.case], load_outputs(expected), load_outputs(truth) if truth else None,
-                               perturbed)
+                               perturbed=lambda made=float64: made("perturbed"),
+                               later=(lambda made=float64: made("truth")) if "truth" not in files else None)
             cand = CandidateRun(by_name[out.case])
             if out.error:
                 cand.error = replace(out.error, stage="correctness")

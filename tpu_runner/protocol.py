@@ -196,7 +196,9 @@ class OutputJob:
     config: dict[str, Any]
     values_from: str | None
     cases: list[str]
-    perturbed: bool = False  # only the float64 run on perturbed inputs (sensitivity), for these cases
+    # Only this float64 run, on the CPU, for these cases, computed when the judge asks: "truth" (where it was not
+    # computed with the outputs) or "perturbed" (on inputs rounded once more: the task's sensitivity).
+    float64: str | None = None
     task: int = 0  # which of the request's tasks
 
 
@@ -207,7 +209,7 @@ class ReferenceRequest:
     export: bool  # describe each task's production configurations and export its reference's programs
     outputs: list[OutputJob] = field(default_factory=list)
     on_chip: bool = False  # compute the outputs on this host's TPU (the float64 truth stays on the CPU)
-    truth_gflops: float | None = None  # on the chip, no float64 truth for a reference with more dot GFLOPs
+    truth_gflops: float | None = None  # no float64 truth with the outputs for a reference with more dot GFLOPs
 
     @classmethod
     def read(cls, path: Path) -> ReferenceRequest:

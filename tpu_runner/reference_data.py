@@ -262,28 +262,36 @@ class ReferenceStore:
             tmp.write_text(json.dumps(files))
             tmp.replace(root / f"{job.key}.json")
 
-    def perturbed(self, task: Task, job: OutputJob, case: str) -> Path | None:
-        """The reference's float64 outputs on the case's inputs rounded once more (computed the first time it is
-        asked for, in a reference run of its own, and kept beside the case's other outputs)."""
+    def float64(self, task: Task, job: OutputJob, case: str, part: str) -> Path | None:
+        """A float64 run of the reference for one case, made the first time the judge asks for it (in a reference
+        child of its own, on the CPU) and kept beside the case's other outputs: `truth` where it was not made with
+        the outputs (large dots), `perturbed` on the case's inputs rounded once more (the task's sensitivity).
+        None where the reference cannot run in float64, or its child could not finish."""
         root = self.cache_dir / "reference_outputs"
         with _lock(f"outputs-{task.task_id}-{task.digest}"):
             index = root / f"{job.key}.json"
             files = json.loads(index.read_text())
-            if "perturbed" not in files.get(case, {}):
-                one = OutputJob(job.key, job.config, job.values_from, [case], perturbed=True)
-                report, scratch = self._run([task], export=False, jobs=[one], cpu_only=True)
+            if part not in files.get(case, {}):
+                one = OutputJob(job.key, job.config, job.values_from, [case], float64=part)
+                name = None
                 try:
-                    name = report.outputs.get(job.key, {}).get(case, {}).get("perturbed")
-                    if name:
-                        for part in (name, name.replace(".npz", ".json")):
-                            shutil.move(scratch / "out" / part, root / part)
-                    files.setdefault(case, {})["perturbed"] = name
+                    report, scratch = self._run([task], export=False, jobs=[one], cpu_only=True)
+                except TaskError:  # out of time or memory: judged without it, and not asked for again
+                    scratch = None
+                try:
+                    if scratch is not None:
+                        name = report.outputs.get(job.key, {}).get(case, {}).get(part)
+                        if name:
+                            for file in (name, name.replace(".npz", ".json")):
+                                shutil.move(scratch / "out" / file, root / file)
+                    files.setdefault(case, {})[part] = name
                     tmp = index.with_suffix(f".{uuid.uuid4().hex[:6]}.tmp")
                     tmp.write_text(json.dumps(files))
                     tmp.replace(index)
                 finally:
-                    shutil.rmtree(scratch, ignore_errors=True)
-            name = files[case]["perturbed"]
+                    if scratch is not None:
+                        shutil.rmtree(scratch, ignore_errors=True)
+            name = files[case][part]
         return root / name if name else None
 
     def _found(self, jobs: list[OutputJob]) -> dict[str, dict[str, dict[str, Path | None]]]:

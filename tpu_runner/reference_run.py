@@ -105,10 +105,10 @@ def _open_chip(workdir: Path) -> None:
 def _outputs(request: ReferenceRequest, task_index: int, jobs: list[OutputJob], out: Path, workdir: Path,
              background: ThreadPoolExecutor, timings: dict[str, float]) -> dict[str, dict[str, dict[str, str | None]]]:
     """One task's outputs for its jobs: as the target computes them (on the chip itself, or as XLA computes on a
-    TPU), and the float64 truth (on the CPU; on the chip only where the reference's dots are within
-    `truth_gflops`, float64 at production shapes being far too slow for large ones). The target's outputs are
-    computed here, in turn; the truth and the files are made in `background` meanwhile, so that CPU work does not
-    keep the chip waiting."""
+    TPU), and the float64 truth (on the CPU; where the reference's dots are within `truth_gflops` - larger ones
+    are made only if the judge asks, `ReferenceStore.float64`, as only a near miss needs them). The target's
+    outputs are computed here, in turn; the truth and the files are made in `background` meanwhile, so that CPU
+    work does not keep the chip waiting."""
     task = load_task(request.task_dirs[task_index])
     ref_fn = import_reference(task).computation
     cases = {c.name: c for c in EVALUATOR_CASES}
@@ -118,15 +118,15 @@ def _outputs(request: ReferenceRequest, task_index: int, jobs: list[OutputJob], 
         _stage(workdir, f"reference outputs {job.key}")
         config = with_values(task, config_from_json(job.config), job.values_from)
         on_target = None if request.on_chip else as_on_tpu(ref_fn, config.static)
-        with_truth = not request.on_chip or request.truth_gflops is None or \
-            reference_gflops(ref_fn, config) <= request.truth_gflops
+        with_truth = request.truth_gflops is None or reference_gflops(ref_fn, config) <= request.truth_gflops
         files: dict[str, dict[str, str | None]] = {}
         for name in job.cases:
             stem = f"{job.key}.{name}"
-            if job.perturbed:
+            if job.float64:
+                wide = perturbed_truth if job.float64 == "perturbed" else case_truth
                 with _on_cpu():
-                    moved = perturbed_truth(config=config, reference=ref_fn, case=cases[name])
-                files[name] = {"perturbed": _save(out, f"{stem}.perturbed.npz", moved)}
+                    computed = wide(config=config, reference=ref_fn, case=cases[name])
+                files[name] = {job.float64: _save(out, f"{stem}.{job.float64}.npz", computed)}
                 continue
             t0 = time.perf_counter()
             ran = run_reference_case(config=config, reference=ref_fn, case=cases[name], as_target=on_target,
@@ -134,7 +134,7 @@ def _outputs(request: ReferenceRequest, task_index: int, jobs: list[OutputJob], 
             timings["target_outputs"] = timings.get("target_outputs", 0.0) + time.perf_counter() - t0
             if ran is None:
                 continue
-            files[name] = {"expected": f"{stem}.expected.npz", "truth": None}
+            files[name] = {"expected": f"{stem}.expected.npz"}  # no "truth": the judge has it made if it needs it
             pending.append(background.submit(_save, out, f"{stem}.expected.npz", ran.expected))
             if with_truth:
                 pending.append(background.submit(_truth, out, f"{stem}.truth.npz", files[name], config, ref_fn,

@@ -3,11 +3,19 @@ child that dies on one task keeps what it finished for the others and names the 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
+import pytest
 
 from storage.settings import load_settings
 from tests.support.reference_tasks import reference_task
+from tpu_runner.arrays import OutputSet, load_outputs
+from tpu_runner.correctness import CandidateFailed, CandidateRun, Judge, ReferenceRun
+from tpu_runner.inputs import EVALUATOR_CASES
 from tpu_runner.reference_data import ReferenceStore
+from tpu_runner.tasks import config_from_json
 
 SCALE = """
 import jax
@@ -61,3 +69,55 @@ def test_a_reference_child_that_dies_keeps_the_tasks_it_finished_and_names_the_o
     assert set(files) == {"task", "normal", "uniform", "large"}
     assert all(parts["expected"] is not None and parts["expected"].is_file() for parts in files.values())
     assert all(parts["truth"] is not None and parts["truth"].is_file() for parts in files.values())
+
+
+MATMUL = """
+import jax
+import jax.numpy as jnp
+
+
+def get_inputs():
+    return [jnp.ones((128, 256), jnp.float32), jnp.ones((256, 128), jnp.float32)], []
+
+
+def computation(a, b):
+    return jnp.tanh(a @ b / 16.0)
+"""
+
+
+def test_a_truth_not_made_with_the_outputs_is_made_once_when_a_near_miss_asks_for_it(tmp_path: Path) -> None:
+    settings = load_settings({"KERNELBOT_HOME": str(tmp_path / "home")})
+    # No float64 truth with the outputs for any dot (as for a large GEMM at production shapes on a chip).
+    store = ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.home / "sandbox",
+                           limits=replace(settings.limits, full_check_gflops=0.0))
+    task = reference_task(tmp_path, "tanh_matmul", MATMUL, description="tanh(a @ b / 16)")
+    job = store.production_jobs(task)[0]
+    files = store.outputs(task, [job])[job.key]["normal"]
+    assert set(files) == {"expected"}  # the truth is not made yet
+    children: list[str] = []
+    run_child = store._run
+    store._run = lambda tasks, **kw: children.append(kw["jobs"][0].float64) or run_child(tasks, **kw)  # type: ignore
+
+    def reference() -> ReferenceRun:
+        def later() -> OutputSet | None:
+            path = store.float64(task, job, "normal", "truth")
+            return load_outputs(path) if path else None
+        return ReferenceRun(case, expected, None, later=later)
+
+    case = next(c for c in EVALUATOR_CASES if c.name == "normal")
+    expected = load_outputs(files["expected"])
+    config = config_from_json(job.config)
+    judge = Judge("production[0]", config, 1e-5, 1e-5)
+    assert judge.case(CandidateRun(case, outputs=expected), reference()).status == "passed"
+    assert children == []  # a kernel that matches never costs the float64 run
+
+    off = OutputSet(expected.tree, tuple(x + np.float32(0.5) for x in expected.leaves))
+    with pytest.raises(CandidateFailed, match="differs"):
+        judge.case(CandidateRun(case, outputs=off), reference())
+    assert children == ["truth"]  # a near miss: the truth is made, once
+    truth = load_outputs(store.float64(task, job, "normal", "truth"))  # type: ignore[arg-type]
+    assert truth.leaves[0].dtype == np.float64
+    np.testing.assert_allclose(truth.leaves[0], expected.leaves[0], rtol=1e-3, atol=1e-3)
+    made = len(children)
+    store.float64(task, job, "normal", "truth")
+    assert len(children) == made  # kept: asked again, no child runs
