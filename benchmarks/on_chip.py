@@ -10,7 +10,7 @@ measured speedup (tasks without an ok kernel count as 1x), how many are faster b
 of estimates within 0.8-1.25x of the measured speedup. Needs a TPU host (`kernelbot doctor` says).
 
     .venv/bin/python benchmarks/on_chip.py [--suite measured --suite tasks] [--only NAME,NAME] [--workers 4]
-                                           [--json FILE] [--log FILE.jsonl]
+                                           [--json FILE] [--log FILE.jsonl [--resume]]
 """
 
 from __future__ import annotations
@@ -112,10 +112,22 @@ def line(e: dict) -> str:
             f"x{e['speedup']:.2f} {spread:<5} measured, {estimated:<16} {v6e}")
 
 
+def logged(log: Path | None, suite: str) -> dict[str, dict]:
+    """The entries of `suite` an earlier run appended to `log`, by task (the last one of each)."""
+    if log is None or not log.is_file():
+        return {}
+    entries = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    return {e["task"]: {k: v for k, v in e.items() if k != "suite"} for e in entries if e.get("suite") == suite}
+
+
 def run_suite(name: str, suite: Path, only: list[str], chip: ChipSpec, settings: Settings, root: Path,
-              workers: int, log: Path | None = None) -> list[dict]:
-    tasks = [d for d in sorted(suite.iterdir()) if (d / "kernel_task.yaml").is_file() or (d / "baseline.py").is_file()]
-    tasks = [d for d in tasks if not only or d.name in only]
+              workers: int, log: Path | None = None, resume: bool = False) -> list[dict]:
+    every = [d for d in sorted(suite.iterdir()) if (d / "kernel_task.yaml").is_file() or (d / "baseline.py").is_file()]
+    every = [d for d in every if not only or d.name in only]
+    done = logged(log, name) if resume else {}
+    if done:
+        print(f"{name}: {len(done)} tasks evaluated by an earlier run ({log}), not again", flush=True)
+    tasks = [d for d in every if d.name not in done]
     out = root / f"kernels-{name}"
     out.mkdir(parents=True)
     t0 = time.perf_counter()
@@ -149,7 +161,8 @@ def run_suite(name: str, suite: Path, only: list[str], chip: ChipSpec, settings:
     entries = [entry(d, why, next(results) if p is not None else None) for d, (p, why) in
                zip(tasks, written, strict=True)]
     print(f"{name}: evaluated {len(requests)} kernels in {time.perf_counter() - t0:.0f} s", flush=True)
-    return entries
+    fresh = {e["task"]: e for e in entries}
+    return [done[d.name] if d.name in done else fresh[d.name] for d in every]
 
 
 def main() -> None:
@@ -160,6 +173,8 @@ def main() -> None:
     parser.add_argument("--home", type=Path, help="KERNELBOT_HOME to keep (default: a temporary one)")
     parser.add_argument("--json", type=Path, help="also write every entry and summary here")
     parser.add_argument("--log", type=Path, help="append each entry here as a JSON line the moment it is done")
+    parser.add_argument("--resume", action="store_true", help="with --log: tasks it holds already are not evaluated "
+                        "again, and count in the summary (one benchmark split across several time-limited runs)")
     args = parser.parse_args()
     only = [n for n in args.only.split(",") if n]
     report = {}
@@ -171,7 +186,8 @@ def main() -> None:
         chip = get_chip(settings.host_target)
         settings = replace(settings, default_target=chip.name)
         for name in args.suite or ["measured", "tasks"]:
-            entries = run_suite(name, SUITES[name], only, chip, settings, Path(tmp), args.workers, args.log)
+            entries = run_suite(name, SUITES[name], only, chip, settings, Path(tmp), args.workers, args.log,
+                                args.resume)
             s = summary(entries)
             report[name] = {"tasks": entries, "summary": s}
             print(f"{name} summary (measured on {chip.device_kind}): {s['tasks']} tasks, {s['ok']} with an ok kernel, "

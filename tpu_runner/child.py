@@ -13,6 +13,7 @@ stage is written to a small file first, so the parent can tell where a child tha
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import sys
@@ -32,7 +33,7 @@ from tpu_runner.correctness import run_candidate_case
 from tpu_runner.coverage import output_coverage
 from tpu_runner.errors import from_exception
 from tpu_runner.hardware import ChipSpec, get_chip
-from tpu_runner.inputs import EVALUATOR_CASES, case_inputs
+from tpu_runner.inputs import EVALUATOR_CASES, Case, case_inputs
 from tpu_runner.ir import ir_digest
 from tpu_runner.measure import measure_pair  # imported before the candidate: its functions are watched (integrity)
 from tpu_runner.protocol import (
@@ -91,6 +92,13 @@ def _abstract(config: Configuration) -> list[Any]:
     import numpy as np
 
     return [jax.ShapeDtypeStruct(a.shape, np.dtype(a.dtype)) for a in config.dynamic] + list(config.static)
+
+
+def timing_input_sets(config: Configuration) -> list[list[Any]]:
+    """Three input sets of the production configuration for timing, drawn apart from the correctness cases."""
+    sets = [case_inputs(config, Case(f"timing{i}", "normal", 7 + i)) for i in range(3)]
+    assert all(s is not None for s in sets)  # only a "task" case can lack inputs
+    return [s for s in sets if s is not None]
 
 
 class CandidateStages:
@@ -286,17 +294,12 @@ class CandidateStages:
         finally:
             self.report.timings[name] = self.report.timings.get(name, 0.0) + time.perf_counter() - t0
 
-    def time_on_this_host(self, task: Task, ref_fn: Any, cand_fn: Any, prod: list[Configuration]) -> None:
-        from tpu_runner.inputs import Case
-
+    def time_on_this_host(self, task: Task, ref_fn: Any, cand_fn: Any, prod: list[Configuration],
+                          drawn: Future[list[list[Any]]]) -> None:
         config = prod[0]
         atol, rtol = task.tolerance(0)
-        input_sets = []
         with self.timed("performance.inputs"):
-            for i in range(3):
-                inputs = case_inputs(config, Case(f"timing{i}", "normal", 7 + i))
-                assert inputs is not None  # only a "task" case can lack inputs
-                input_sets.append(inputs)
+            input_sets = drawn.result()
         pair = measure_pair(reference=ref_fn, candidate=cand_fn, input_sets=input_sets,
                             static=config.static, trace_dir=self.artifacts / "trace", atol=atol, rtol=rtol)
         self.report.measured = MeasuredTimes(
@@ -306,6 +309,11 @@ class CandidateStages:
             device=jax.devices()[0].device_kind, mismatches=pair.mismatches[:3],
             configuration=config.describe(), on_device=self.on_device,
             candidate_ops=pair.candidate_ops, reference_ops=pair.reference_ops)
+
+    @functools.cached_property
+    def ahead(self) -> ThreadPoolExecutor:
+        """One helper thread for work the candidate's stages do not wait on yet (it ends with the process)."""
+        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="ahead")
 
     def detect_device(self) -> None:
         """On a TPU host, wait for the chip (its lock, so that children take turns) and open it."""
@@ -338,6 +346,8 @@ class CandidateStages:
             production = [p for p, _ in programs]
             report.ir_hash = ir_digest([text for _, text in programs])
             self.pass_ir_gate()
+            # The timing inputs are drawn while the candidate is checked: on a chip, seconds it would wait otherwise.
+            timing_inputs = self.ahead.submit(timing_input_sets, prod[0]) if self.measured else None
             self.enter("correctness")
             with self.timed("correctness.choosing_shapes"):
                 checks = self.check_shapes(task, ref_fn, cand_fn, production)
@@ -345,7 +355,8 @@ class CandidateStages:
             self.leave()
             if self.measured:
                 self.enter("performance")
-                self.time_on_this_host(task, ref_fn, cand_fn, prod)
+                assert timing_inputs is not None
+                self.time_on_this_host(task, ref_fn, cand_fn, prod, timing_inputs)
                 self.leave()
             changed = integrity.changes_since(snapshot)
             if changed:

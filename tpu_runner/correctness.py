@@ -159,12 +159,13 @@ def _float64_truth(reference: Callable[..., Any], host: list[np.ndarray], config
 
 
 def run_reference_case(*, config: Configuration, reference: Callable[..., Any], case: Case,
-                       as_target: Callable[..., Any] | None = None, truth: bool = True) -> ReferenceRun | None:
+                       as_target: Callable[..., Any] | None = None, truth: bool = True,
+                       host: list[np.ndarray] | None = None) -> ReferenceRun | None:
     """The reference's outputs on one case: as the target computes (`as_target`, the dynamic arguments only)
     when given, else as written on this process's default device (a TPU's own numerics on a TPU); and, with
     `truth`, the float64 truth (on this process's default device: the reference's child on a TPU makes it on the
-    CPU itself, `case_truth`, a TPU having no float64)."""
-    host = case_inputs(config, case)
+    CPU itself, `case_truth`, a TPU having no float64). `host`: the case's inputs, when drawn already."""
+    host = host if host is not None else case_inputs(config, case)
     if host is None:
         return None
     if as_target is not None:

@@ -26,7 +26,7 @@ from storage.settings import EvalLimits, Settings
 from tpu_runner.chip import CHIP_MEMORY_MIB, ChipBusy, runtime_files
 from tpu_runner.compile_service import CompileAnswer, CompileService
 from tpu_runner.hardware import ChipSpec
-from tpu_runner.inputs import DRAW, EVALUATOR_CASES
+from tpu_runner.inputs import EVALUATOR_CASES
 from tpu_runner.protocol import ExportedTask, OutputJob, ReferenceReport, ReferenceRequest, write_json
 from tpu_runner.sandbox import ChildOutcome, child_environment, run_child, untrusted_reads
 from tpu_runner.tasks import Configuration, Task, TaskError, config_from_json
@@ -48,7 +48,7 @@ def numerics_on(device_kind: str | None) -> str:
 
 
 def output_key(task: Task, config: dict[str, Any], values_from: str | None, numerics: str = NUMERICS) -> str:
-    text = json.dumps([task.digest, config, values_from, numerics, DRAW, jax.__version__], sort_keys=True)
+    text = json.dumps([task.digest, config, values_from, numerics, jax.__version__], sort_keys=True)
     return f"{task.task_id}-{hashlib.sha256(text.encode()).hexdigest()[:20]}"
 
 

@@ -24,7 +24,7 @@ from tpu_runner import chip
 from tpu_runner.arrays import OutputSet, save_outputs
 from tpu_runner.checkshapes import dot_flops
 from tpu_runner.correctness import case_truth, perturbed_truth, run_reference_case
-from tpu_runner.inputs import EVALUATOR_CASES
+from tpu_runner.inputs import EVALUATOR_CASES, case_inputs
 from tpu_runner.numerics import as_on_tpu
 from tpu_runner.protocol import ExportedTask, OutputJob, ReferenceReport, ReferenceRequest, write_json
 from tpu_runner.tasks import (
@@ -103,7 +103,8 @@ def _open_chip(workdir: Path) -> None:
 
 
 def _outputs(request: ReferenceRequest, task_index: int, jobs: list[OutputJob], out: Path, workdir: Path,
-             background: ThreadPoolExecutor, timings: dict[str, float]) -> dict[str, dict[str, dict[str, str | None]]]:
+             background: ThreadPoolExecutor, ahead: ThreadPoolExecutor, timings: dict[str, float]
+             ) -> dict[str, dict[str, dict[str, str | None]]]:
     """One task's outputs for its jobs: as the target computes them (on the chip itself, or as XLA computes on a
     TPU), and the float64 truth (on the CPU; where the reference's dots are within `truth_gflops` - larger ones
     are made only if the judge asks, `ReferenceStore.float64`, as only a near miss needs them). The target's
@@ -120,7 +121,8 @@ def _outputs(request: ReferenceRequest, task_index: int, jobs: list[OutputJob], 
         on_target = None if request.on_chip else as_on_tpu(ref_fn, config.static)
         with_truth = request.truth_gflops is None or reference_gflops(ref_fn, config) <= request.truth_gflops
         files: dict[str, dict[str, str | None]] = {}
-        for name in job.cases:
+        drawn = {name: ahead.submit(case_inputs, config, cases[name]) for name in job.cases[:1] if not job.float64}
+        for k, name in enumerate(job.cases):
             stem = f"{job.key}.{name}"
             if job.float64:
                 wide = perturbed_truth if job.float64 == "perturbed" else case_truth
@@ -129,8 +131,13 @@ def _outputs(request: ReferenceRequest, task_index: int, jobs: list[OutputJob], 
                 files[name] = {job.float64: _save(out, f"{stem}.{job.float64}.npz", computed)}
                 continue
             t0 = time.perf_counter()
+            host = drawn.pop(name).result()
+            if k + 1 < len(job.cases):  # the next case's inputs are drawn while this one runs
+                drawn[job.cases[k + 1]] = ahead.submit(case_inputs, config, cases[job.cases[k + 1]])
+            if host is None:
+                continue
             ran = run_reference_case(config=config, reference=ref_fn, case=cases[name], as_target=on_target,
-                                     truth=False)
+                                     truth=False, host=host)
             timings["target_outputs"] = timings.get("target_outputs", 0.0) + time.perf_counter() - t0
             if ran is None:
                 continue
@@ -194,11 +201,12 @@ def run(request: ReferenceRequest, workdir: Path,
             report.chip_busy = str(exc)
             return report
     # One helper: a float64 truth at production shapes can take GiBs, two at once more than the memory limit.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="truth") as background:
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="truth") as background, \
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="inputs") as ahead:
         for index in sorted({job.task for job in request.outputs}):
             try:
                 report.outputs.update(_outputs(request, index, [j for j in request.outputs if j.task == index], out,
-                                               workdir, background, report.timings))
+                                               workdir, background, ahead, report.timings))
             except Exception as exc:  # noqa: BLE001 - likewise
                 report.output_errors[request.task_dirs[index]] = _failure(exc)
                 report.task_error = report.task_error or _failure(exc)
