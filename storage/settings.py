@@ -199,6 +199,11 @@ class Settings:
         return self.use_tpu and self.host_target == target
 
     @property
+    def sandbox_dir(self) -> Path:
+        """Where sandboxed children get their scratch directories (each removed when its child is done)."""
+        return self.home / "sandbox"
+
+    @property
     def artifacts_dir(self) -> Path:
         return self.home / "artifacts"
 

@@ -125,7 +125,7 @@ class RunnerDaemon:
             self.runner_id = runner.id
         log.info("runner %s (%s) serving %s for %s", self.runner_id, self.config.name, self.kinds(),
                  list(self.config.targets))
-        spares = SparePool(root=self.settings.home / "sandbox", limits=self.settings.limits,
+        spares = SparePool(root=self.settings.sandbox_dir, limits=self.settings.limits,
                            keep=min(self.config.concurrency, 1))
         held: dict[int, _Held] = {}
         pool = ThreadPoolExecutor(max_workers=self.config.concurrency, thread_name_prefix="job")

@@ -104,7 +104,7 @@ def evaluate(request: EvalRequest, settings: Settings, *, eval_id: str | None = 
         result = failure(task=task.task_id, target=chip.name, host=host, stage="static", error=violation.error)
         return _finish(result, artifacts, artifact_map, started)
 
-    pool = spares or SparePool(root=settings.home / "sandbox", limits=settings.limits, keep=0)
+    pool = spares or SparePool(root=settings.sandbox_dir, limits=settings.limits, keep=0)
     try:
         run = _Evaluation(request, settings, task, chip, host, artifacts, kernel_copy, pool, on_stage, ir_gate,
                           allow_pure_jax)
@@ -433,7 +433,7 @@ def evaluate_many(requests: Iterable[EvalRequest], settings: Settings, *, worker
     items = list(requests)
     workers = workers or settings.eval_workers
     _describe_tasks(items, settings)
-    spares = SparePool(root=settings.home / "sandbox", limits=settings.limits, keep=0)  # set per evaluation below
+    spares = SparePool(root=settings.sandbox_dir, limits=settings.limits, keep=0)  # set per evaluation below
     waiting = [len(items)]
     lock = threading.Lock()
 

@@ -53,7 +53,7 @@ def check_reference(task_dir: Path, settings: Settings, *, wall_seconds: int = C
     """Import and trace the task's reference in a sandboxed child within `wall_seconds` and `memory_mib`."""
     limits = EvalLimits(wall_seconds=wall_seconds, cpu_seconds=max(30, 2 * wall_seconds), memory_mib=memory_mib,
                         output_bytes=settings.limits.output_bytes)
-    outcome, report = run_one_shot(module="tpu_runner.reference_child", root=settings.home / "sandbox",
+    outcome, report = run_one_shot(module="tpu_runner.reference_child", root=settings.sandbox_dir,
                                    prefix="reference", limits=limits, report_name="reference_check.json",
                                    request_for=lambda _: {"task_dir": str(Path(task_dir).resolve())})
     if report is None:

@@ -308,7 +308,7 @@ def reference_store(settings: Settings, chip: ChipSpec | None = None) -> Referen
     """The store evaluations for `chip` use: its outputs computed on this host's TPU when candidates for that
     target run on it."""
     on_chip = chip is not None and settings.on_chip(chip.name)
-    return ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.home / "sandbox", limits=settings.limits,
+    return ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.sandbox_dir, limits=settings.limits,
                           device_kind=chip.device_kind if on_chip and chip is not None else None)
 
 

@@ -64,7 +64,7 @@ class SparePool:
 @contextlib.contextmanager
 def spare_pool(settings: Settings, keep: int = 1) -> Iterator[SparePool]:
     """A pool for one stretch of work (a terminal session): children started ahead, compile servers kept."""
-    pool = SparePool(root=settings.home / "sandbox", limits=settings.limits, keep=keep)
+    pool = SparePool(root=settings.sandbox_dir, limits=settings.limits, keep=keep)
     try:
         yield pool
     finally:

@@ -225,7 +225,7 @@ def read_tasks(tasks: list[Task], settings: Settings) -> dict[str, Reading]:
     cache.mkdir(parents=True, exist_ok=True)
     missing = [t for t in tasks if not (cache / f"{reading_key(t.digest)}.json").is_file()]
     if missing:
-        outcome, report = run_one_shot(module="agents.offline.reading", root=settings.home / "sandbox",
+        outcome, report = run_one_shot(module="agents.offline.reading", root=settings.sandbox_dir,
                                        prefix="reading", limits=settings.limits, report_name="reading.json",
                                        request_for=lambda _: {"task_dirs": [str(t.path) for t in missing]})
         if report is None:

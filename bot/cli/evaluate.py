@@ -50,7 +50,7 @@ def tasks_command(
         # Each reference runs in its sandboxed child and compiles on a compile server (one per worker); on a
         # cold cache that is the slow part (f32 HIGHEST matmuls take ~15 s), so the tasks go in parallel.
         with Progress("tasks", console=err_console) as status, \
-                compile_service(root=settings.home / "sandbox", limits=settings.limits,
+                compile_service(root=settings.sandbox_dir, limits=settings.limits,
                                 static_profile=settings.static_profile) as compilers, \
                 ThreadPoolExecutor(max_workers=workers) as pool:
             loaded: dict[Path, Task | TaskError] = {}

@@ -260,7 +260,7 @@ def test_what_cannot_be_ported_gets_one_clear_error_and_nothing_is_written(
             problems[name] = f"{'; '.join(wrong)} (got {error.kind}: {error.message})"
     assert not problems, problems
     assert list(root.iterdir()) == [], "failed ports left files where the tasks would have gone"
-    assert not list((settings.home / "sandbox").glob("port-*")), "a port's scratch directory was left behind"
+    assert not list(settings.sandbox_dir.glob("port-*")), "a port's scratch directory was left behind"
 
 
 @pytest.mark.slow

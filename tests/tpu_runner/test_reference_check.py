@@ -116,7 +116,7 @@ def test_a_good_reference_gives_its_shapes_without_running_in_this_process(
     assert check.outputs == ("(float32[256,512], float32[256])", "(bfloat16[64,1024], bfloat16[64])")
     assert check.tested == 1 and check.error is None and check.notes == ()
     assert f"kernelbot_reference_{load_task(task_dir).digest}" not in sys.modules
-    assert list((home_settings.home / "sandbox").iterdir()) == []  # the child's scratch directory is gone
+    assert list(home_settings.sandbox_dir.iterdir()) == []  # the child's scratch directory is gone
 
 
 def test_get_inputs_raising_names_its_line_and_leaves_no_task_behind(tmp_path: Path, home_settings: Settings) -> None:

@@ -53,7 +53,7 @@ def computation(x):
 
 def test_a_reference_child_that_dies_keeps_the_tasks_it_finished_and_names_the_one_it_died_on(tmp_path: Path) -> None:
     settings = load_settings({"KERNELBOT_HOME": str(tmp_path / "home")})
-    store = ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.home / "sandbox", limits=settings.limits)
+    store = ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.sandbox_dir, limits=settings.limits)
     good = reference_task(tmp_path, "scale_rows", SCALE, description="2x+1")
     dying = reference_task(tmp_path, "dies_at_outputs", DIES, description="tanh, whose get_inputs exits")
     assert store.prefetch([good, dying]) == {}  # both describe fine: their values are only traced there
@@ -88,7 +88,7 @@ def computation(a, b):
 def test_a_truth_not_made_with_the_outputs_is_made_once_when_a_near_miss_asks_for_it(tmp_path: Path) -> None:
     settings = load_settings({"KERNELBOT_HOME": str(tmp_path / "home")})
     # No float64 truth with the outputs for any dot (as for a large GEMM at production shapes on a chip).
-    store = ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.home / "sandbox",
+    store = ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.sandbox_dir,
                            limits=replace(settings.limits, full_check_gflops=0.0))
     task = reference_task(tmp_path, "tanh_matmul", MATMUL, description="tanh(a @ b / 16)")
     job = store.production_jobs(task)[0]

@@ -98,7 +98,7 @@ def run_port_child(request: dict[str, Any], settings: Settings, *, wall_seconds:
 
     limits = EvalLimits(wall_seconds=wall_seconds, cpu_seconds=max(60, 2 * wall_seconds), memory_mib=memory_mib,
                         output_bytes=settings.limits.output_bytes)
-    outcome, report = run_one_shot(module="tpu_runner.porting.child", root=settings.home / "sandbox", prefix="port",
+    outcome, report = run_one_shot(module="tpu_runner.porting.child", root=settings.sandbox_dir, prefix="port",
                                    limits=limits, request_for=staged, report_name="port_result.json")
     if report is None:
         return {"ok": False, "error": _stopped(outcome, wall_seconds, memory_mib).to_json()}
