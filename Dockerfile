@@ -48,8 +48,8 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     && pip install -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt
 
-# Then the source: every package [tool.setuptools.packages.find] includes, the built-in task suite, the Slack app
-# manifest, and the README (the package's metadata names it). Editable on purpose: the CLI finds the built-in suite
+# Then the source: every package [tool.setuptools.packages.find] includes (bot/ with the Slack app's manifest, which
+# doctor compares with the scopes the bot needs), the built-in task suite, and the README (the package's metadata names it). Editable on purpose: the CLI finds the built-in suite
 # at <source root>/tasks (REPO_TASKS in bot/task_suites.py), and sessions record task paths that serve and every
 # runner must resolve alike (/app/tasks/... in each container); a plain install would put bot/ in site-packages with
 # no tasks/ beside it. Bytecode is compiled now because /app is read-only to the user at run time.
@@ -58,7 +58,6 @@ COPY agents/ agents/
 COPY tpu_runner/ tpu_runner/
 COPY storage/ storage/
 COPY tasks/ tasks/
-COPY slack/ slack/
 COPY README.md ./
 RUN --mount=type=cache,target=/root/.cache/pip \
     pip install --no-deps -e . \

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tpu_runner.tasks import discover_tasks
 
-SOURCE_ROOT = Path(__file__).resolve().parent.parent  # pyproject.toml, tasks/, slack/ (an editable install)
+SOURCE_ROOT = Path(__file__).resolve().parent.parent  # pyproject.toml, tasks/ (an editable install)
 REPO_TASKS = SOURCE_ROOT / "tasks"
 
 

@@ -261,7 +261,7 @@ def included_packages() -> list[str]:
 def test_every_package_and_what_the_code_reads_at_run_time_is_copied() -> None:
     copied = {src for _, sources, _ in copies() for src in sources}
     readme = PYPROJECT["project"]["readme"]
-    needed = [*included_packages(), "tasks", "slack", "pyproject.toml", readme]
+    needed = [*included_packages(), "tasks", "pyproject.toml", readme]
     assert not [n for n in needed if n not in copied], f"not copied into the image: {set(needed) - copied}"
     project = next(ins for ins in of("RUN") if "--no-deps" in ins.args)
     late = [src for ins, sources, _ in copies() for src in sources if index_of(ins) > index_of(project)]
@@ -465,7 +465,7 @@ def test_dockerignore_leaves_out(path: str) -> None:
 
 
 @pytest.mark.parametrize("path", ["pyproject.toml", "README.md", "bot/cli.py", "storage/migrations/env.py",
-                                  "tasks/softmax/reference.py", "slack/manifest.yaml"])
+                                  "tasks/softmax/reference.py", "bot/slack/manifest.yaml"])
 def test_dockerignore_keeps(path: str) -> None:
     assert not ignored(path), f".dockerignore excludes {path}, which the image needs"
 

@@ -48,7 +48,7 @@ def _elsewhere(channel: str) -> str:
 
 def _missing_scope(scope: str, what: str, meanwhile: str = "run the command in a channel I am in") -> str:
     return (f"kernelbot's Slack app lacks the {scope} scope, which it needs to {what}: whoever runs kernelbot "
-            f"should add it (slack/manifest.yaml) and reinstall the app; meanwhile {meanwhile}.")
+            f"should add it (bot/slack/manifest.yaml) and reinstall the app; meanwhile {meanwhile}.")
 
 
 def _archived() -> str:

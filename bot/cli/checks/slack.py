@@ -10,8 +10,8 @@ from bot.cli.checks.report import Check
 from bot.task_suites import SOURCE_ROOT
 from storage.settings import Settings
 
-MANIFEST = SOURCE_ROOT / "slack" / "manifest.yaml"
-# What the bot calls Slack for; slack/manifest.yaml declares the same list (check_slack_scopes compares).
+MANIFEST = SOURCE_ROOT / "bot" / "slack" / "manifest.yaml"  # beside the bot that needs what it declares
+# What the bot calls Slack for; bot/slack/manifest.yaml declares the same list (check_slack_scopes compares).
 SLACK_SCOPES = ("commands", "chat:write", "files:write", "files:read", "channels:history", "groups:history",
                 "users:read", "usergroups:read", "channels:read", "groups:read", "im:read", "mpim:read",
                 "channels:join")
@@ -29,7 +29,7 @@ _SLACK_AUTH_FIXES = {
 
 
 def manifest_scopes(path: Path = MANIFEST) -> set[str] | None:
-    """The bot scopes slack/manifest.yaml declares; None when the file is not there (an installed wheel)."""
+    """The bot scopes bot/slack/manifest.yaml declares; None when the file is not there (an installed wheel)."""
     import yaml
 
     if not path.is_file():
@@ -51,8 +51,8 @@ def check_slack_scopes(granted: set[str] | None, declared: set[str] | None,
                        needed: tuple[str, ...] = SLACK_SCOPES) -> Check:
     """The token's scopes against what the bot needs, and the manifest against the same list."""
     undeclared = [s for s in needed if declared is not None and s not in declared]
-    manifest_note = (f"; slack/manifest.yaml does not declare {', '.join(undeclared)}" if undeclared else "")
-    manifest_fix = (f"add {', '.join(undeclared)} under oauth_config.scopes.bot in slack/manifest.yaml"
+    manifest_note = (f"; bot/slack/manifest.yaml does not declare {', '.join(undeclared)}" if undeclared else "")
+    manifest_fix = (f"add {', '.join(undeclared)} under oauth_config.scopes.bot in bot/slack/manifest.yaml"
                     if undeclared else "")
     if granted is None:
         return Check("slack scopes", "warn", "Slack did not report the token's scopes (no x-oauth-scopes header on "
@@ -63,12 +63,12 @@ def check_slack_scopes(granted: set[str] | None, declared: set[str] | None,
         return Check("slack scopes", "fail", f"the bot token lacks {', '.join(missing)} (it has "
                      f"{', '.join(sorted(granted)) or 'none'}){manifest_note}",
                      f"add {', '.join(missing)} under OAuth & Permissions -> Bot Token Scopes (or create the app "
-                     "from slack/manifest.yaml), reinstall the app to the workspace and set the new SLACK_BOT_TOKEN"
+                     "from bot/slack/manifest.yaml), reinstall the app to the workspace and set the new SLACK_BOT_TOKEN"
                      + (f"; {manifest_fix}" if manifest_fix else ""))
     if undeclared:
         return Check("slack scopes", "warn", f"the token has all {len(needed)} scopes{manifest_note}", manifest_fix)
     return Check("slack scopes", "ok", f"the token has all {len(needed)} scopes the bot needs"
-                 + (" (as slack/manifest.yaml declares)" if declared is not None else ""))
+                 + (" (as bot/slack/manifest.yaml declares)" if declared is not None else ""))
 
 
 def masked(secret: str) -> str:

@@ -196,7 +196,7 @@ def download_upload(client: WebClient, upload: UploadedFile) -> tuple[str, str]:
     if content_type.startswith("text/html") and not name.endswith((".html", ".htm")):
         # Slack answers a request its token does not cover with its sign-in page, not an error status.
         raise UploadRefused(f"Slack sent a web page instead of {name}: the app needs the files:read scope "
-                            "(reinstall it from slack/manifest.yaml).")
+                            "(reinstall it from bot/slack/manifest.yaml).")
     try:
         return name, data.decode("utf-8")
     except UnicodeDecodeError as exc:

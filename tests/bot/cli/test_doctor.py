@@ -284,7 +284,7 @@ def test_the_manifest_is_compared_with_the_scopes_the_bot_needs(tmp_path: Path) 
     short.write_text("oauth_config:\n  scopes:\n    bot: [commands, chat:write]\n")
     check = check_slack_scopes(set(SLACK_SCOPES), manifest_scopes(short))
     assert check.status == "warn" and "does not declare files:write" in check.detail
-    assert "slack/manifest.yaml" in check.fix
+    assert "bot/slack/manifest.yaml" in check.fix
     assert manifest_scopes(tmp_path / "missing.yaml") is None
     assert check_slack_scopes(set(SLACK_SCOPES), None).status == "ok"
 

@@ -10,7 +10,7 @@ from tests.conftest import REPO
 
 
 def test_the_manifest_declares_the_command_scopes_events_and_socket_mode() -> None:
-    manifest = yaml.safe_load((REPO / "slack" / "manifest.yaml").read_text())
+    manifest = yaml.safe_load((REPO / "bot" / "slack" / "manifest.yaml").read_text())
     (command,) = manifest["features"]["slash_commands"]
     assert command["command"] == "/kernel"
     assert all(name in command["usage_hint"] for name in COMMANDS)
