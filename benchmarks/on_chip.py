@@ -34,9 +34,8 @@ sys.path.insert(0, str(REPO))
 import yaml  # noqa: E402
 
 from storage.settings import Settings, load_settings  # noqa: E402
-from tpu_runner.evaluate import EvalRequest, evaluate_many  # noqa: E402
+from tpu_runner.evaluate import EvalRequest, describe_tasks, evaluate_many  # noqa: E402
 from tpu_runner.hardware import ChipSpec, get_chip  # noqa: E402
-from tpu_runner.reference_data import reference_store  # noqa: E402
 from tpu_runner.result import EvalResult  # noqa: E402
 from tpu_runner.tasks import TaskError, load_task  # noqa: E402
 
@@ -124,10 +123,10 @@ def run_suite(name: str, suite: Path, only: list[str], chip: ChipSpec, settings:
               workers: int, log: Path | None = None, resume: bool = False) -> list[dict]:
     every = [d for d in sorted(suite.iterdir()) if (d / "kernel_task.yaml").is_file() or (d / "baseline.py").is_file()]
     every = [d for d in every if not only or d.name in only]
-    done = logged(log, name) if resume else {}
-    if done:
-        print(f"{name}: {len(done)} tasks evaluated by an earlier run ({log}), not again", flush=True)
-    tasks = [d for d in every if d.name not in done]
+    earlier = logged(log, name) if resume else {}
+    if earlier:
+        print(f"{name}: {len(earlier)} tasks evaluated by an earlier run ({log}), not again", flush=True)
+    tasks = [d for d in every if d.name not in earlier]
     out = root / f"kernels-{name}"
     out.mkdir(parents=True)
     t0 = time.perf_counter()
@@ -138,15 +137,10 @@ def run_suite(name: str, suite: Path, only: list[str], chip: ChipSpec, settings:
     requests = [EvalRequest(d, p, chip.name) for d, (p, _) in zip(tasks, written, strict=True) if p is not None]
 
     t0 = time.perf_counter()
-    loaded = [load_task(r.task_dir) for r in requests]
-    try:
-        reference_store(settings).prefetch(loaded)
-        failed = reference_store(settings, chip).prefetch_outputs(loaded)
-    except TaskError as exc:  # each evaluation computes its task's outputs itself then, and says what fails
-        failed = {"all": str(exc)}
+    failed = describe_tasks(requests, settings)  # each evaluation of a task that failed here tries and says why
     for task_id, why in failed.items():
         print(f"  reference outputs of {task_id} not computed ahead: {why.splitlines()[0][:200]}", flush=True)
-    print(f"{name}: the reference's outputs at production shapes for {len(loaded)} tasks computed on the chip in "
+    print(f"{name}: the reference's outputs at production shapes for {len(requests)} tasks computed on the chip in "
           f"{time.perf_counter() - t0:.0f} s{f' ({len(failed)} failed)' if failed else ''}", flush=True)
     t0 = time.perf_counter()
 
@@ -157,12 +151,12 @@ def run_suite(name: str, suite: Path, only: list[str], chip: ChipSpec, settings:
             with log.open("a") as f:
                 f.write(json.dumps({"suite": name, **e}, default=str) + "\n")
 
-    results = iter(evaluate_many(requests, settings, workers=workers, on_done=done))
+    results = iter(evaluate_many(requests, settings, workers=workers, on_done=done, described=True))
     entries = [entry(d, why, next(results) if p is not None else None) for d, (p, why) in
                zip(tasks, written, strict=True)]
     print(f"{name}: evaluated {len(requests)} kernels in {time.perf_counter() - t0:.0f} s", flush=True)
     fresh = {e["task"]: e for e in entries}
-    return [done[d.name] if d.name in done else fresh[d.name] for d in every]
+    return [earlier[d.name] if d.name in earlier else fresh[d.name] for d in every]
 
 
 def main() -> None:

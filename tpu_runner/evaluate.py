@@ -12,7 +12,6 @@ verdict. It never imports candidate or task code.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
@@ -20,6 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -319,13 +319,9 @@ class _Evaluation:
             expected, truth = files["expected"], files.get("truth")
             assert expected is not None
 
-            def float64(part: str, job: OutputJob = job, case: str = out.case) -> OutputSet | None:
-                path = self.store.float64(self.task, job, case, part)
-                return load_outputs(path) if path else None
-
             ref = ReferenceRun(by_name[out.case], load_outputs(expected), load_outputs(truth) if truth else None,
-                               perturbed=lambda made=float64: made("perturbed"),
-                               later=(lambda made=float64: made("truth")) if "truth" not in files else None)
+                               perturbed=partial(self._float64, job, out.case, "perturbed"),
+                               later=partial(self._float64, job, out.case, "truth") if "truth" not in files else None)
             cand = CandidateRun(by_name[out.case])
             if out.error:
                 cand.error = replace(out.error, stage="correctness")
@@ -335,6 +331,11 @@ class _Evaluation:
                 cand.again = load_outputs(outputs / out.again) if out.again else None
             cases.append(judge.case(cand, ref))
         return cases
+
+    def _float64(self, job: OutputJob, case: str, part: str) -> OutputSet | None:
+        """A float64 run of the reference the judge asks for (made once, then kept with the outputs)."""
+        path = self.store.float64(self.task, job, case, part)
+        return load_outputs(path) if path else None
 
     @staticmethod
     def _config_index(check: CheckReport, index: int) -> int:
@@ -405,10 +406,10 @@ def _finish(result: EvalResult, artifacts: Path, artifact_map: dict[str, str], s
     return result
 
 
-def _describe_tasks(requests: list[EvalRequest], settings: Settings) -> None:
+def describe_tasks(requests: list[EvalRequest], settings: Settings) -> dict[str, str]:
     """Every task's reference described at once, in one child, before the evaluations start (each would start
     its own otherwise); on this host's TPU, their production outputs computed at once too (one opening of the
-    chip). A task that fails is left for its evaluation to report."""
+    chip). Returns why a task's could not be made ahead, by task id; its evaluation tries again and reports."""
     tasks: dict[str, Task] = {}
     for req in requests:
         try:
@@ -416,23 +417,32 @@ def _describe_tasks(requests: list[EvalRequest], settings: Settings) -> None:
         except TaskError:
             continue
         tasks.setdefault(task.digest, task)
-    with contextlib.suppress(TaskError):
-        reference_store(settings).prefetch(list(tasks.values()))
+    failed: dict[str, str] = {}
+    try:
+        failed.update({t: str(e) for t, e in reference_store(settings).prefetch(list(tasks.values())).items()})
+    except TaskError as exc:
+        failed["all"] = str(exc)
     for target in sorted({r.target for r in requests if settings.on_chip(r.target)}):
-        with contextlib.suppress(TaskError):
-            reference_store(settings, get_chip(target)).prefetch_outputs(list(tasks.values()))
+        try:
+            failed.update(reference_store(settings, get_chip(target)).prefetch_outputs(list(tasks.values())))
+        except TaskError as exc:
+            failed["all"] = str(exc)
+    return failed
 
 
 def evaluate_many(requests: Iterable[EvalRequest], settings: Settings, *, workers: int | None = None,
-                  warm_spares: bool = True, on_done: Callable[[EvalRequest, EvalResult | Exception], None] | None = None
+                  warm_spares: bool = True, described: bool = False,
+                  on_done: Callable[[EvalRequest, EvalResult | Exception], None] | None = None
                   ) -> list[EvalResult | Exception]:
     """Evaluate candidates in parallel, one sandboxed child each, up to `workers` at a time.
 
     With `warm_spares`, the next children are started while earlier ones run, so an evaluation does not wait
-    for Python and JAX to start (each child still serves one candidate)."""
+    for Python and JAX to start (each child still serves one candidate). `described`: the caller ran
+    `describe_tasks` for these requests already."""
     items = list(requests)
     workers = workers or settings.eval_workers
-    _describe_tasks(items, settings)
+    if not described:
+        describe_tasks(items, settings)
     spares = SparePool(root=settings.sandbox_dir, limits=settings.limits, keep=0)  # set per evaluation below
     waiting = [len(items)]
     lock = threading.Lock()
