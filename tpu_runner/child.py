@@ -33,7 +33,7 @@ from tpu_runner.correctness import run_candidate_case
 from tpu_runner.coverage import output_coverage
 from tpu_runner.errors import from_exception
 from tpu_runner.hardware import ChipSpec, get_chip
-from tpu_runner.inputs import EVALUATOR_CASES, Case, case_inputs
+from tpu_runner.inputs import EVALUATOR_CASES, Case, case_inputs, drawn_ahead
 from tpu_runner.ir import ir_digest
 from tpu_runner.measure import measure_pair  # imported before the candidate: its functions are watched (integrity)
 from tpu_runner.protocol import (
@@ -44,6 +44,7 @@ from tpu_runner.protocol import (
     CheckReport,
     MeasuredTimes,
     ProgramReport,
+    timed,
     write_json,
 )
 from tpu_runner.result import EvalError, Stage, Verdict
@@ -250,14 +251,13 @@ class CandidateStages:
                 entry = CheckReport(name=check.name, config=config_to_json(check.config), values_from=values_from,
                                     why=check.why, differs=check.differs, production=check.production)
                 self.report.checks.append(entry)
-                ahead = helper.submit(case_inputs, config, EVALUATOR_CASES[0])
-                for k, case in enumerate(EVALUATOR_CASES):
+                if failed:  # the judge stops at the first failure: later checks are reported without cases
+                    continue
+                for case, inputs in drawn_ahead(config, EVALUATOR_CASES, helper):
                     if failed:
                         break
                     with self.timed("correctness.inputs"):
-                        host = ahead.result()
-                    if k + 1 < len(EVALUATOR_CASES):
-                        ahead = helper.submit(case_inputs, config, EVALUATOR_CASES[k + 1])
+                        host = inputs.result()
                     if host is None:
                         continue
                     label = f"{check.name}/{case.name}"
@@ -285,14 +285,9 @@ class CandidateStages:
                 for write in writes:
                     write.result()
 
-    @contextlib.contextmanager
-    def timed(self, name: str) -> Iterator[None]:
+    def timed(self, name: str) -> contextlib.AbstractContextManager[None]:
         """Add the time spent inside to `name` in the report's timings (the parts of a stage)."""
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.report.timings[name] = self.report.timings.get(name, 0.0) + time.perf_counter() - t0
+        return timed(self.report.timings, name)
 
     def time_on_this_host(self, task: Task, ref_fn: Any, cand_fn: Any, prod: list[Configuration],
                           drawn: Future[list[list[Any]]]) -> None:

@@ -7,7 +7,6 @@ This runs in the evaluator's own process, which never imports candidate code: ou
 from __future__ import annotations
 
 import os
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -36,13 +35,14 @@ def as_output_set(value: Any) -> OutputSet:
     return OutputSet(tree=str(tree), leaves=tuple(np.asarray(x) for x in leaves))
 
 
-def _floating(dtype: np.dtype) -> bool:
+def floating(dtype: np.dtype) -> bool:
+    """A floating dtype, numpy's own or bfloat16 (ml_dtypes)."""
     return dtype.kind == "f" or dtype.name in ("bfloat16", "float16")
 
 
 def wide(x: Any) -> np.ndarray:
     arr = np.asarray(x)
-    return arr.astype(np.float64) if _floating(arr.dtype) else arr
+    return arr.astype(np.float64) if floating(arr.dtype) else arr
 
 
 def _fail(kind: str, detail: str, abs_err: float = float("inf"), rel_err: float = float("inf")) -> Comparison:
@@ -93,6 +93,8 @@ def _compare_block(ch: np.ndarray, rh: np.ndarray, th: np.ndarray | None, start:
 
 
 _BLOCK = 1 << 18  # elements compared at a time: a few MB of float64 temporaries, in cache, spread over threads
+# Its threads start on first use: a process that compares only small outputs, or none, starts none.
+_COMPARERS = ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1), thread_name_prefix="compare")
 
 
 def _compare_leaf(c: np.ndarray, r: np.ndarray, t: np.ndarray | None, atol: float, rtol: float) -> list[_Block]:
@@ -107,19 +109,7 @@ def _compare_leaf(c: np.ndarray, r: np.ndarray, t: np.ndarray | None, atol: floa
 
     if len(starts) <= 1:
         return [one(start) for start in starts]
-    return list(_pool().map(one, starts))
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _comparers
-    with _comparers_guard:
-        if _comparers is None:
-            _comparers = ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1), thread_name_prefix="compare")
-        return _comparers
-
-
-_comparers: ThreadPoolExecutor | None = None
-_comparers_guard = threading.Lock()
+    return list(_COMPARERS.map(one, starts))
 
 
 def compare_outputs(candidate: Any, reference: Any, atol: float, rtol: float, truth: Any = None) -> Comparison:
@@ -143,7 +133,7 @@ def compare_outputs(candidate: Any, reference: Any, atol: float, rtol: float, tr
         if c.dtype != r.dtype:
             return _fail("dtype_mismatch", f"output[{i}] has dtype {c.dtype}; the reference's is {r.dtype} "
                          "(a lower-precision result is not the same computation)")
-        if not _floating(c.dtype):
+        if not floating(c.dtype):
             ch, rh = np.asarray(c), np.asarray(r)
             bad = ch != rh
             if bad.any():
@@ -185,20 +175,22 @@ def bitwise_equal(a: OutputSet, b: OutputSet) -> bool:
     """The same values (NaN equal to NaN): byte for byte first, which is what two runs of a deterministic kernel
     give, by value only when the bytes differ (a -0.0 for a 0.0 is the same value)."""
     return a.tree == b.tree and len(a.leaves) == len(b.leaves) and all(
-        x.shape == y.shape and (_same_bytes(x, y) or np.array_equal(wide(x), wide(y), equal_nan=True))
+        x.shape == y.shape and (same_bytes(x, y) or np.array_equal(wide(x), wide(y), equal_nan=True))
         for x, y in zip(a.leaves, b.leaves, strict=True))
 
 
-def _same_bytes(x: np.ndarray, y: np.ndarray) -> bool:
-    return x.dtype == y.dtype and np.array_equal(np.ascontiguousarray(x).view(np.uint8),
-                                                 np.ascontiguousarray(y).view(np.uint8))
+def same_bytes(x: np.ndarray, y: np.ndarray) -> bool:
+    """Byte for byte the same array: shape, dtype and every bit (NaNs alike, -0.0 not 0.0); ~10x faster than a value
+    comparison on production-sized arrays."""
+    return x.shape == y.shape and x.dtype == y.dtype and np.array_equal(np.ascontiguousarray(x).view(np.uint8),
+                                                                       np.ascontiguousarray(y).view(np.uint8))
 
 
 def output_scale(outputs: OutputSet) -> float:
     """Root-mean-square magnitude of the floating outputs."""
     squares = []
     for x in outputs.leaves:
-        if _floating(x.dtype) and x.size:
+        if floating(x.dtype) and x.size:
             flat = wide(x).reshape(-1)
             squares.append(float(flat @ flat) / flat.size)  # one pass, by BLAS, instead of square then mean
     return float(np.sqrt(np.mean(squares))) if squares else 0.0
@@ -206,7 +198,7 @@ def output_scale(outputs: OutputSet) -> float:
 
 def all_finite(outputs: OutputSet) -> bool:
     return all(np.isfinite(x.astype(np.float32) if x.dtype.name in ("bfloat16", "float16") else x).all()
-               for x in outputs.leaves if _floating(x.dtype))
+               for x in outputs.leaves if floating(x.dtype))
 
 
 def within_sensitivity(candidate: OutputSet, truth: OutputSet, perturbed: OutputSet) -> tuple[bool, str]:

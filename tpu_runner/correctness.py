@@ -27,7 +27,9 @@ from tpu_runner.compare import (
     as_output_set,
     bitwise_equal,
     compare_outputs,
+    floating,
     output_scale,
+    same_bytes,
     within_sensitivity,
 )
 from tpu_runner.errors import from_exception, interpreter_limitation
@@ -114,24 +116,13 @@ def run_candidate_case(*, label: str, config: Configuration, candidate: Callable
         if arg.is_deleted():
             return CandidateRun(case, error=EvalError("input_donated", f"{label}: input {k} was donated/deleted by "
                                                       "the candidate; inputs must be left untouched"))
-        if not _same_bits(np.asarray(arg), original):
+        if not same_bytes(np.asarray(arg), original):  # a -0.0 written over a 0.0 is a change too
             return CandidateRun(case, error=EvalError("input_mutated", f"{label}: input {k} changed during the call"))
     return CandidateRun(case, outputs=got, again=again)
 
 
-def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    """Byte for byte the same array (NaNs alike; a -0.0 written over a 0.0 is a change): ~10x faster than a value
-    comparison on the production inputs the chip checks."""
-    return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(np.ascontiguousarray(a).view(np.uint8),
-                                                                       np.ascontiguousarray(b).view(np.uint8))
-
-
 # Unit roundoff of each floating dtype: how far one rounding at that precision can move a value, relatively.
 UNIT_ROUNDOFF = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11, "float32": 2.0 ** -24, "float64": 2.0 ** -53}
-
-
-def _floating(x: np.ndarray) -> bool:
-    return np.asarray(x).dtype.kind == "f" or np.asarray(x).dtype.name == "bfloat16"
 
 
 def _perturbed(host: list[np.ndarray], seed: int) -> list[np.ndarray]:
@@ -139,7 +130,7 @@ def _perturbed(host: list[np.ndarray], seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     out = []
     for x in host:
-        if _floating(x):
+        if floating(np.asarray(x).dtype):
             u = UNIT_ROUNDOFF.get(np.asarray(x).dtype.name, 2.0 ** -24)
             wide = np.asarray(x).astype(np.float64)
             out.append(wide * (1.0 + u * rng.choice((-1.0, 1.0), size=wide.shape)))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,3 +66,15 @@ def case_inputs(config: Configuration, case: Case) -> list[np.ndarray] | None:
         drawn = [np.array(v) if _integer(spec) else x for spec, v, x in zip(config.dynamic, config.values, drawn,
                                                                            strict=True)]
     return drawn
+
+
+def drawn_ahead(config: Configuration, cases: Sequence[Case], helper: Executor
+                ) -> Iterator[tuple[Case, Future[list[np.ndarray] | None]]]:
+    """Each case with its inputs as `helper` draws them (`case_inputs`), the next case's asked for before this one
+    is handed out: while the caller runs a case (on a chip), the next case's inputs are being drawn."""
+    upcoming = helper.submit(case_inputs, config, cases[0]) if cases else None
+    for k, case in enumerate(cases):
+        assert upcoming is not None
+        current = upcoming
+        upcoming = helper.submit(case_inputs, config, cases[k + 1]) if k + 1 < len(cases) else None
+        yield case, current

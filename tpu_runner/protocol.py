@@ -11,13 +11,26 @@ compare, never to decide.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
+import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from tpu_runner.result import EvalError, Host, Stage, Verdict
+
+
+@contextlib.contextmanager
+def timed(timings: dict[str, float], name: str) -> Iterator[None]:
+    """Add the seconds spent inside to `timings[name]`: a report's parts of a stage, summed over the times it runs."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0
 
 
 def write_json(path: Path, record: Any) -> None:

@@ -273,24 +273,22 @@ class ReferenceStore:
             files = json.loads(index.read_text())
             if part not in files.get(case, {}):
                 one = OutputJob(job.key, job.config, job.values_from, [case], float64=part)
-                name = None
                 try:
                     report, scratch = self._run([task], export=False, jobs=[one], cpu_only=True)
                 except TaskError:  # out of time or memory: judged without it, and not asked for again
-                    scratch = None
-                try:
-                    if scratch is not None:
+                    name = None
+                else:
+                    try:
                         name = report.outputs.get(job.key, {}).get(case, {}).get(part)
                         if name:
                             for file in (name, name.replace(".npz", ".json")):
                                 shutil.move(scratch / "out" / file, root / file)
-                    files.setdefault(case, {})[part] = name
-                    tmp = index.with_suffix(f".{uuid.uuid4().hex[:6]}.tmp")
-                    tmp.write_text(json.dumps(files))
-                    tmp.replace(index)
-                finally:
-                    if scratch is not None:
+                    finally:
                         shutil.rmtree(scratch, ignore_errors=True)
+                files.setdefault(case, {})[part] = name
+                tmp = index.with_suffix(f".{uuid.uuid4().hex[:6]}.tmp")
+                tmp.write_text(json.dumps(files))
+                tmp.replace(index)
             name = files[case][part]
         return root / name if name else None
 

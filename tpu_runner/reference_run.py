@@ -24,9 +24,9 @@ from tpu_runner import chip
 from tpu_runner.arrays import OutputSet, save_outputs
 from tpu_runner.checkshapes import dot_flops
 from tpu_runner.correctness import case_truth, perturbed_truth, run_reference_case
-from tpu_runner.inputs import EVALUATOR_CASES, case_inputs
+from tpu_runner.inputs import EVALUATOR_CASES, drawn_ahead
 from tpu_runner.numerics import as_on_tpu
-from tpu_runner.protocol import ExportedTask, OutputJob, ReferenceReport, ReferenceRequest, write_json
+from tpu_runner.protocol import ExportedTask, OutputJob, ReferenceReport, ReferenceRequest, timed, write_json
 from tpu_runner.tasks import (
     TaskError,
     abstract_configurations,
@@ -118,48 +118,40 @@ def _outputs(request: ReferenceRequest, task_index: int, jobs: list[OutputJob], 
     for job in jobs:
         _stage(workdir, f"reference outputs {job.key}")
         config = with_values(task, config_from_json(job.config), job.values_from)
-        on_target = None if request.on_chip else as_on_tpu(ref_fn, config.static)
-        with_truth = request.truth_gflops is None or reference_gflops(ref_fn, config) <= request.truth_gflops
         files: dict[str, dict[str, str | None]] = {}
-        drawn = {name: ahead.submit(case_inputs, config, cases[name]) for name in job.cases[:1] if not job.float64}
-        for k, name in enumerate(job.cases):
-            stem = f"{job.key}.{name}"
-            if job.float64:
-                wide = perturbed_truth if job.float64 == "perturbed" else case_truth
+        if job.float64:
+            wide = perturbed_truth if job.float64 == "perturbed" else case_truth
+            for name in job.cases:
                 with _on_cpu():
                     computed = wide(config=config, reference=ref_fn, case=cases[name])
-                files[name] = {job.float64: _save(out, f"{stem}.{job.float64}.npz", computed)}
-                continue
-            t0 = time.perf_counter()
-            host = drawn.pop(name).result()
-            if k + 1 < len(job.cases):  # the next case's inputs are drawn while this one runs
-                drawn[job.cases[k + 1]] = ahead.submit(case_inputs, config, cases[job.cases[k + 1]])
-            if host is None:
-                continue
-            ran = run_reference_case(config=config, reference=ref_fn, case=cases[name], as_target=on_target,
-                                     truth=False, host=host)
-            timings["target_outputs"] = timings.get("target_outputs", 0.0) + time.perf_counter() - t0
-            if ran is None:
-                continue
-            files[name] = {"expected": f"{stem}.expected.npz"}  # no "truth": the judge has it made if it needs it
-            pending.append(background.submit(_save, out, f"{stem}.expected.npz", ran.expected))
-            if with_truth:
-                pending.append(background.submit(_truth, out, f"{stem}.truth.npz", files[name], config, ref_fn,
-                                                 cases[name], timings))
+                files[name] = {job.float64: _save(out, f"{job.key}.{name}.{job.float64}.npz", computed)}
+        else:
+            on_target = None if request.on_chip else as_on_tpu(ref_fn, config.static)
+            with_truth = request.truth_gflops is None or reference_gflops(ref_fn, config) <= request.truth_gflops
+            for case, inputs in drawn_ahead(config, [cases[name] for name in job.cases], ahead):
+                stem = f"{job.key}.{case.name}"
+                with timed(timings, "target_outputs"):
+                    host = inputs.result()
+                    ran = None if host is None else run_reference_case(
+                        config=config, reference=ref_fn, case=case, as_target=on_target, truth=False, host=host)
+                if ran is None:
+                    continue
+                files[case.name] = {"expected": f"{stem}.expected.npz"}  # no "truth": the judge has it made if needed
+                pending.append(background.submit(_save, out, f"{stem}.expected.npz", ran.expected))
+                if with_truth:
+                    pending.append(background.submit(_truth, out, f"{stem}.truth.npz", files[case.name], config,
+                                                     ref_fn, case, timings))
         found[job.key] = files
-    t0 = time.perf_counter()
-    for done in pending:
-        done.result()  # a failure of any of them is the task's
-    timings["waiting_for_truth"] = timings.get("waiting_for_truth", 0.0) + time.perf_counter() - t0
+    with timed(timings, "waiting_for_truth"):
+        for done in pending:
+            done.result()  # a failure of any of them is the task's
     return found
 
 
 def _truth(out: Path, name: str, entry: dict[str, str | None], config: Any, ref_fn: Any, case: Any,
            timings: dict[str, float]) -> None:
-    t0 = time.perf_counter()
-    with _on_cpu():
+    with timed(timings, "truth"), _on_cpu():
         entry["truth"] = _save(out, name, case_truth(config=config, reference=ref_fn, case=case))
-    timings["truth"] = timings.get("truth", 0.0) + time.perf_counter() - t0
 
 
 def _cpu() -> Any:
