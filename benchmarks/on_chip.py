@@ -9,13 +9,19 @@ benchmarks/measured, XLA's time on v6e from shared/data, for scale); per suite: 
 measured speedup (tasks without an ok kernel count as 1x), how many are faster beyond the spread, and the share
 of estimates within 0.8-1.25x of the measured speedup. Needs a TPU host (`kernelbot doctor` says).
 
+Tasks go in batches (--batch): the reference's outputs for a batch, then its evaluations, so a run cut short by a
+time limit keeps every batch it finished in --log. With --resume, a task is not evaluated again when the log holds
+it for the same kernel (the source's digest): a benchmark split across runs, or sessions, adds up. The log of the
+runs behind docs/tpu-host.md's figures is benchmarks/on_chip_v5e.jsonl.
+
     .venv/bin/python benchmarks/on_chip.py [--suite measured --suite tasks] [--only NAME,NAME] [--workers 4]
-                                           [--json FILE] [--log FILE.jsonl [--resume]]
+                                           [--batch 4] [--json FILE] [--log FILE.jsonl [--resume]]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -65,8 +71,13 @@ def _xla_v6e_ms(task_dir: Path) -> float | None:
     return (measured or {}).get("xla_ms")
 
 
-def entry(task_dir: Path, why_none: str, result: EvalResult | Exception | None) -> dict:
-    e: dict = {"task": task_dir.name, "xla_v6e_ms": _xla_v6e_ms(task_dir)}
+def kernel_digest(path: Path | None) -> str | None:
+    """Which kernel an entry is about: a logged result stands for the same source only."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path is not None else None
+
+
+def entry(task_dir: Path, why_none: str, result: EvalResult | Exception | None, kernel: str | None = None) -> dict:
+    e: dict = {"task": task_dir.name, "kernel": kernel, "xla_v6e_ms": _xla_v6e_ms(task_dir)}
     if result is None:
         return {**e, "verdict": None, "error": f"no kernel: {why_none}"}
     if isinstance(result, Exception):
@@ -120,43 +131,45 @@ def logged(log: Path | None, suite: str) -> dict[str, dict]:
 
 
 def run_suite(name: str, suite: Path, only: list[str], chip: ChipSpec, settings: Settings, root: Path,
-              workers: int, log: Path | None = None, resume: bool = False) -> list[dict]:
+              workers: int, batch: int, log: Path | None = None, resume: bool = False) -> list[dict]:
     every = [d for d in sorted(suite.iterdir()) if (d / "kernel_task.yaml").is_file() or (d / "baseline.py").is_file()]
     every = [d for d in every if not only or d.name in only]
-    earlier = logged(log, name) if resume else {}
-    if earlier:
-        print(f"{name}: {len(earlier)} tasks evaluated by an earlier run ({log}), not again", flush=True)
-    tasks = [d for d in every if d.name not in earlier]
     out = root / f"kernels-{name}"
     out.mkdir(parents=True)
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=workers) as pool:  # the brain reads each task in a child of its own
-        written = list(pool.map(lambda d: first_kernel(d, chip, settings, out), tasks))
-    print(f"{name}: the offline brain wrote {sum(p is not None for p, _ in written)} kernels for {len(tasks)} tasks "
-          f"in {time.perf_counter() - t0:.0f} s", flush=True)
-    requests = [EvalRequest(d, p, chip.name) for d, (p, _) in zip(tasks, written, strict=True) if p is not None]
-
-    t0 = time.perf_counter()
-    failed = describe_tasks(requests, settings)  # each evaluation of a task that failed here tries and says why
-    for task_id, why in failed.items():
-        print(f"  reference outputs of {task_id} not computed ahead: {why.splitlines()[0][:200]}", flush=True)
-    print(f"{name}: the reference's outputs at production shapes for {len(requests)} tasks computed on the chip in "
-          f"{time.perf_counter() - t0:.0f} s{f' ({len(failed)} failed)' if failed else ''}", flush=True)
+        written = dict(zip(every, pool.map(lambda d: first_kernel(d, chip, settings, out), every), strict=True))
+    print(f"{name}: the offline brain wrote {sum(p is not None for p, _ in written.values())} kernels for "
+          f"{len(every)} tasks in {time.perf_counter() - t0:.0f} s", flush=True)
+    digests = {d: kernel_digest(p) for d, (p, _) in written.items()}
+    earlier = {t: e for t, e in (logged(log, name) if resume else {}).items()
+               if e.get("kernel") and e["kernel"] == digests.get(suite / t)}
+    if earlier:
+        print(f"{name}: {len(earlier)} kernels evaluated by an earlier run ({log}), not again", flush=True)
+    entries = {d: entry(d, why, None) for d, (p, why) in written.items() if p is None}
+    todo = [d for d in every if d.name not in earlier and written[d][0] is not None]
     t0 = time.perf_counter()
 
     def done(request: EvalRequest, result: EvalResult | Exception) -> None:
-        e = entry(request.task_dir, "", result)
+        e = entry(request.task_dir, "", result, digests[request.task_dir])
+        entries[request.task_dir] = e
         print(f"{line(e)}  [{time.perf_counter() - t0:.0f} s]", flush=True)
         if log is not None:  # each entry as it comes: a run cut short by a time limit keeps what it finished
             with log.open("a") as f:
                 f.write(json.dumps({"suite": name, **e}, default=str) + "\n")
 
-    results = iter(evaluate_many(requests, settings, workers=workers, on_done=done, described=True))
-    entries = [entry(d, why, next(results) if p is not None else None) for d, (p, why) in
-               zip(tasks, written, strict=True)]
-    print(f"{name}: evaluated {len(requests)} kernels in {time.perf_counter() - t0:.0f} s", flush=True)
-    fresh = {e["task"]: e for e in entries}
-    return [earlier[d.name] if d.name in earlier else fresh[d.name] for d in every]
+    for first in range(0, len(todo), batch):
+        part = todo[first:first + batch]
+        requests = [EvalRequest(d, written[d][0], chip.name) for d in part]
+        t1 = time.perf_counter()
+        failed = describe_tasks(requests, settings)  # each evaluation of a task that failed here tries and says why
+        for task_id, why in failed.items():
+            print(f"  reference outputs of {task_id} not computed ahead: {why.splitlines()[0][:200]}", flush=True)
+        print(f"{name}: the reference's outputs at production shapes for {len(requests)} tasks computed on the chip "
+              f"in {time.perf_counter() - t1:.0f} s{f' ({len(failed)} failed)' if failed else ''}", flush=True)
+        evaluate_many(requests, settings, workers=workers, on_done=done, described=True)
+    print(f"{name}: evaluated {len(todo)} kernels in {time.perf_counter() - t0:.0f} s", flush=True)
+    return [earlier[d.name] if d.name in earlier else entries[d] for d in every]
 
 
 def main() -> None:
@@ -164,10 +177,12 @@ def main() -> None:
     parser.add_argument("--suite", action="append", choices=list(SUITES))
     parser.add_argument("--only", default="", help="comma-separated task names")
     parser.add_argument("--workers", type=int, default=4, help="evaluations at once (the chip takes them in turn)")
+    parser.add_argument("--batch", type=int, default=4, help="tasks whose reference outputs are made, then "
+                        "evaluated, before the next batch's")
     parser.add_argument("--home", type=Path, help="KERNELBOT_HOME to keep (default: a temporary one)")
     parser.add_argument("--json", type=Path, help="also write every entry and summary here")
     parser.add_argument("--log", type=Path, help="append each entry here as a JSON line the moment it is done")
-    parser.add_argument("--resume", action="store_true", help="with --log: tasks it holds already are not evaluated "
+    parser.add_argument("--resume", action="store_true", help="with --log: kernels it holds already are not evaluated "
                         "again, and count in the summary (one benchmark split across several time-limited runs)")
     args = parser.parse_args()
     only = [n for n in args.only.split(",") if n]
@@ -180,8 +195,8 @@ def main() -> None:
         chip = get_chip(settings.host_target)
         settings = replace(settings, default_target=chip.name)
         for name in args.suite or ["measured", "tasks"]:
-            entries = run_suite(name, SUITES[name], only, chip, settings, Path(tmp), args.workers, args.log,
-                                args.resume)
+            entries = run_suite(name, SUITES[name], only, chip, settings, Path(tmp), args.workers, args.batch,
+                                args.log, args.resume)
             s = summary(entries)
             report[name] = {"tasks": entries, "summary": s}
             print(f"{name} summary (measured on {chip.device_kind}): {s['tasks']} tasks, {s['ok']} with an ok kernel, "
