@@ -52,7 +52,6 @@ FAITHFUL = (0.8, 1.25)  # an estimate this close to the measured speedup (as a r
 def first_kernel(task_dir: Path, chip: ChipSpec, settings: Settings, out: Path) -> tuple[Path | None, str]:
     """The offline brain's first kernel for the task (its own choice of parameters), or why it writes none."""
     from agents.offline.brain import NotRecognised, offline_brain
-    from agents.offline.emit import source
     from agents.offline.params import choose
 
     try:
@@ -61,7 +60,7 @@ def first_kernel(task_dir: Path, chip: ChipSpec, settings: Settings, out: Path) 
         return None, (str(exc).splitlines() or [type(exc).__name__])[0][:200]
     assert brain.spec is not None
     path = out / f"{task_dir.name}.py"
-    path.write_text(source(brain.spec, choose(brain.spec, chip)[0]))
+    path.write_text(brain.source(choose(brain.spec, chip)[0]))
     return path, ""
 
 

@@ -55,13 +55,12 @@ def seed_kernel(task: Task, prefer: str, root: Path) -> tuple[str, str]:
     if prefer == "solution" and own.is_file():
         return own.read_text(), "solutions/pallas.py"
     from agents.offline.brain import offline_brain
-    from agents.offline.emit import source
     from agents.offline.params import choose
 
     chip = get_chip("v6e")
     brain = offline_brain(task, chip, load_settings({"KERNELBOT_HOME": str(root / "reading")}))
     assert brain.spec is not None
-    return source(brain.spec, choose(brain.spec, chip)[0]), "the offline brain"
+    return brain.source(choose(brain.spec, chip)[0]), "the offline brain"
 
 
 def run_one(task: Task, seed_code: str, strategy: str, budget: int, workers: int, seed: int, root: Path) -> dict:

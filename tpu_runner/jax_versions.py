@@ -16,3 +16,13 @@ PINNED = "0.12.0.1"  # pyproject.toml's jax[tpu] for hosts without a TPU
 
 def supported(version: str) -> bool:
     return version in SUPPORTED
+
+
+def bind_equation(eqn: object, args: list[object]) -> list[object]:
+    """Run one jaxpr equation on concrete values (as `jax.core.eval_jaxpr` does), returning its results as a list.
+    `Primitive.get_bind_params` gave (subfuns, params) before JAX 0.12 and only the params since."""
+    primitive, params = eqn.primitive, eqn.params  # type: ignore[attr-defined]
+    bound = primitive.get_bind_params(params)
+    subfuns, bind_params = bound if isinstance(bound, tuple) else ([], bound)
+    result = primitive.bind(*subfuns, *args, **bind_params)
+    return list(result) if primitive.multiple_results else [result]

@@ -342,7 +342,7 @@ def _score_ops(program: Program, first: Op, reducer: Op, q_scale: float,
         elif op.prim == "add" and len(others) == 1 and isinstance(others[0], Value):
             sources = _from_inputs(program, others[0])
             if not sources:
-                if not any(o.prim == "iota" for o in program.ops) and others[0].id not in program.consts:
+                if not any(o.prim == "iota" for o in program.ops):
                     raise NotRecognised("attention adds a constant array to its scores")
                 value = position_value(program, others[0])
                 kept = kept_by_additive(value) if value is not None else None

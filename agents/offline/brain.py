@@ -133,6 +133,11 @@ class OfflineBrain:
             self.spec = analyse(self.reading, self.chip)
         self.cost = cost_line(self.reading.programs[0], self.chip)
 
+    def source(self, params: dict[str, Any]) -> str:
+        """The kernel module for these parameters (carrying the arrays the reference makes itself, if any)."""
+        assert self.spec is not None
+        return emit.with_drawn(emit.source(self.spec, params), self.reading.programs + self.reading.tests)
+
     # -- the roles ----------------------------------------------------------------------------------------------
     def ask(self, request: BrainRequest) -> BrainReply:
         handler = {"planner": self._plan, "implementer": self._implement, "debugger": self._debug,
@@ -227,7 +232,7 @@ class OfflineBrain:
         if not found:
             raise AgentAnswerError("the plan has no 'Parameters: {...}' line for the offline brain to implement")
         params = {**choose(self.spec, self.chip)[0], **json.loads(found[-1])}
-        return f"```python\n{emit.source(self.spec, params)}```"
+        return f"```python\n{self.source(params)}```"
 
     def _apply_strategy(self, prompt: str) -> str:
         blocks = code_blocks(prompt)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from agents.offline.expr import (
     COL,
     FULL,
@@ -23,7 +25,7 @@ from agents.offline.expr import (
 )
 from agents.offline.families import Matmul, Operand, Rowwise, Spec
 from agents.offline.kernel_family import FamilySpec
-from agents.offline.program import Op, itemsize
+from agents.offline.program import Op, Program, itemsize
 from agents.offline.tail import wrapper_tail
 
 _TRANSCENDENTAL = {"exp", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "rsqrt", "erf", "sin", "cos",
@@ -328,6 +330,48 @@ def computation({args}):
         out = jnp.broadcast_to({outside_result}, {outside_result}.shape).astype(jnp.{spec.output.dtype})
 {_finish(spec, crop, final)}
 ''')
+
+
+def with_drawn(kernel: str, programs: list[Program]) -> str:
+    """The kernel of a reference that makes arrays itself (`Program.drawn`): the family's code takes them as inputs
+    after the reference's own; a wrapper with the reference's signature supplies them. When they differ between
+    the configurations the reference was read at (they depend on its input shapes), the wrapper holds each and
+    takes those configurations only; else one set, for whatever shapes the kernel's code accepts."""
+    first = programs[0]
+    if first.given is None or first.given == len(first.inputs):
+        return kernel
+    given, n_static = first.given, len(first.static)
+    table = {repr((tuple(tuple(v.shape) for v in p.inputs[:p.given]), tuple(p.static))):
+             [(np.asarray(a).dtype.name, tuple(np.shape(a)), np.ascontiguousarray(a).tobytes().hex()) for a in p.drawn]
+             for p in programs}
+    call = ", ".join([f"a{i}" for i in range(given)] + ["*drawn"] + [f"s{i}" for i in range(n_static)])
+    if len({repr(arrays) for arrays in table.values()}) == 1:
+        held = f"_DRAWN = {next(iter(table.values()))!r}"
+        choose = "    arrays = _DRAWN"
+    else:
+        shapes = "".join(f"a{i}.shape, " for i in range(given))
+        statics = "".join(f"s{i}, " for i in range(n_static))
+        entries = "\n".join(f"    {key!r}: {arrays!r}," for key, arrays in table.items())
+        held = f"_DRAWN = {{\n{entries}\n}}"
+        choose = f"""    key = repr((({shapes}), ({statics})))
+    if key not in _DRAWN:
+        raise ValueError(f"this kernel carries the reference's own arrays for {{list(_DRAWN)}} only, not {{key}}")
+    arrays = _DRAWN[key]"""
+    return kernel.replace("\ndef computation(", "\ndef _computation_taking_drawn(", 1) + f'''
+
+import numpy as np  # noqa: E402 - for the arrays below
+
+# The arrays the reference makes itself (its own weights, the same on every call): (dtype, shape, bytes as hex).
+# The kernel above takes them as inputs after the reference's own.
+{held}
+
+
+def computation({", ".join(_signature(given, n_static))}):
+{choose}
+    drawn = [jnp.asarray(np.frombuffer(bytes.fromhex(data), dtype=np.dtype(dtype)).reshape(shape))
+             for dtype, shape, data in arrays]
+    return _computation_taking_drawn({call})
+'''
 
 
 def source(spec: Spec, params: dict[str, Any]) -> str:

@@ -32,14 +32,12 @@ def _dtype(name: Any) -> Any:
 
 
 def position_value(program: Program, arg: Any, *, depth: int = 0) -> np.ndarray | None:
-    """The value of an expression computed from positions and constants alone (iota, literals, baked arrays), or
+    """The value of an expression computed from positions and constants alone (iota, literals), or
     None when it reads an input, uses an op not listed here, or grows past LIMIT elements."""
     if isinstance(arg, bool | int | float):
         return np.asarray(arg)
     if not isinstance(arg, Value) or depth > 64:
         return None
-    if arg.id in program.consts:
-        return np.asarray(program.consts[arg.id])
     op = program.producer(arg)
     if op is None:
         return None

@@ -1,6 +1,9 @@
 """The reference as a flat program: its jaxpr at the production shapes, with every nested call inlined.
 
-The offline brain recognises kernel families on this form; nothing here knows about families.
+Arrays the reference makes itself, from no input (weights drawn with `jax.random` inside it, a table it closes
+over), are computed here once and become inputs of their own after the reference's (`Program.given` says where
+those end): the kernel takes them as it takes the reference's inputs, and its wrapper supplies them
+(`emit.with_drawn`). The offline brain recognises kernel families on this form; nothing here knows about families.
 """
 
 from __future__ import annotations
@@ -10,9 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from tpu_runner.jax_versions import bind_equation
 from tpu_runner.tasks import Configuration, Task, import_reference
 
 _NESTED = ("jaxpr", "call_jaxpr", "fun_jaxpr")
+DRAWN_BYTES = 1 << 18  # the most bytes of the reference's own arrays a kernel's source carries, per configuration
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,8 @@ class Program:
     ops: list[Op]
     outputs: list[Arg]
     static: tuple[Any, ...] = ()
-    consts: dict[int, Any] = field(default_factory=dict)  # non-scalar constants, by value id
+    given: int | None = None  # inputs[:given] are the reference's; the rest its own arrays (`drawn`, in order)
+    drawn: list[Any] = field(default_factory=list)
 
     def producer(self, value: Value) -> Op | None:
         return next((op for op in self.ops if op.out.id == value.id), None)
@@ -57,10 +63,24 @@ class Program:
         return [op for op in self.ops if any(isinstance(a, Value) and a.id == value.id for a in op.args)]
 
 
+@dataclass(frozen=True)
+class _Made:
+    """A value the reference makes from no input (a random key, what is drawn from it): computed, not traced."""
+
+    value: Any
+
+
+def _is_key(aval: Any) -> bool:
+    import jax
+
+    return jax.dtypes.issubdtype(getattr(aval, "dtype", None), jax.dtypes.prng_key)
+
+
 class _Builder:
     def __init__(self) -> None:
         self.ops: list[Op] = []
         self.consts: dict[int, Any] = {}
+        self.made: list[Value] = []  # the constants' values, in the order they were made
         self.next_id = 0
 
     def value(self, aval: Any) -> Value:
@@ -68,34 +88,56 @@ class _Builder:
         return Value(self.next_id, tuple(int(d) for d in aval.shape), np.dtype(aval.dtype).name)
 
     def literal_or_value(self, const: Any, aval: Any) -> Arg:
+        if _is_key(aval):
+            raise NotImplementedError("a random key the reference makes reaches its work on the inputs (as "
+                                      "dropout's would); the offline brain writes kernels of deterministic programs")
         array = np.asarray(const)
         if array.ndim == 0 or array.size == 1:
             scalar = array.reshape(()).item()
             return scalar
         v = self.value(aval)
         self.consts[v.id] = array
+        self.made.append(v)
         return v
 
-    def inline(self, jaxpr: Any, consts: list[Any], args: list[Arg]) -> list[Arg]:
-        env: dict[Any, Arg] = {}
+    def inline(self, jaxpr: Any, consts: list[Any], args: list[Arg | _Made]) -> list[Arg | _Made]:
+        env: dict[Any, Arg | _Made] = {}
         for var, const in zip(jaxpr.constvars, consts, strict=True):
-            env[var] = self.literal_or_value(const, var.aval)
+            env[var] = _Made(const) if _is_key(var.aval) else self.literal_or_value(const, var.aval)
         for var, arg in zip(jaxpr.invars, args, strict=True):
             env[var] = arg
 
-        def read(atom: Any) -> Arg:
+        def made(atom: Any) -> _Made | None:
+            """The atom as a computed value, when it is a literal or one; None for a traced value."""
             if hasattr(atom, "val"):  # a Literal
-                return self.literal_or_value(atom.val, atom.aval)
-            return env[atom]
+                return _Made(atom.val)
+            found = env[atom]
+            return found if isinstance(found, _Made) else None
+
+        def read(atom: Any) -> Arg:
+            found = made(atom)
+            return self.literal_or_value(found.value, atom.aval) if found is not None else env[atom]  # type: ignore
 
         for eqn in jaxpr.eqns:
+            known = [made(a) for a in eqn.invars]
+            keyed = any(_is_key(v.aval) for v in [*eqn.invars, *eqn.outvars])
+            if all(k is not None for k in known) and (keyed or any(isinstance(env.get(a), _Made)
+                                                                   for a in eqn.invars if not hasattr(a, "val"))):
+                # Made from no input, with a random key on the way: computed here, once (a literal-only chain
+                # such as iota or a broadcast of a scalar stays an op: families read those as positions).
+                results = bind_equation(eqn, [k.value for k in known if k is not None])
+                for var, out in zip(eqn.outvars, results, strict=True):
+                    env[var] = _Made(out)
+                continue
             inner = next((eqn.params[k] for k in _NESTED if k in eqn.params), None)
-            ins = [read(a) for a in eqn.invars]
             if inner is not None:
                 closed_consts = list(getattr(inner, "consts", []))
                 body = getattr(inner, "jaxpr", inner)
-                outs = self.inline(body, closed_consts, ins)
+                # A made value goes in as one; a literal as the literal it is (a chain of literals stays ops).
+                outs = self.inline(body, closed_consts, [env[a] if not hasattr(a, "val") else read(a)
+                                                         for a in eqn.invars])
             else:
+                ins = [read(a) for a in eqn.invars]
                 out_values = [self.value(v.aval) for v in eqn.outvars]
                 if len(out_values) != 1:
                     raise NotImplementedError(f"the reference uses {eqn.primitive.name}, an operation with "
@@ -106,7 +148,7 @@ class _Builder:
                 outs = out_values
             for var, out in zip(eqn.outvars, outs, strict=True):
                 env[var] = out
-        return [read(v) for v in jaxpr.outvars]
+        return [env[v] if not hasattr(v, "val") and isinstance(env[v], _Made) else read(v) for v in jaxpr.outvars]
 
 
 def trace(task: Task, config: Configuration) -> Program:
@@ -118,6 +160,14 @@ def trace(task: Task, config: Configuration) -> Program:
     closed = jax.make_jaxpr(lambda *dyn: fn(*dyn, *config.static))(*args)
     builder = _Builder()
     inputs = [builder.value(v.aval) for v in closed.jaxpr.invars]
-    outputs = builder.inline(closed.jaxpr, list(closed.consts), list(inputs))
-    return Program(inputs=inputs, ops=builder.ops, outputs=outputs, static=tuple(config.static),
-                   consts=builder.consts)
+    outs = builder.inline(closed.jaxpr, list(closed.consts), list(inputs))
+    outputs = [builder.literal_or_value(o.value, v.aval) if isinstance(o, _Made) else o
+               for o, v in zip(outs, closed.jaxpr.outvars, strict=True)]
+    size = sum(np.asarray(builder.consts[v.id]).nbytes for v in builder.made)
+    if size > DRAWN_BYTES:
+        raise NotImplementedError(f"the reference makes {size / 2**20:.1f} MiB of arrays itself (its own weights or "
+                                  f"tables); a kernel of the offline brain carries at most {DRAWN_BYTES >> 10} KiB of "
+                                  "them: pass them to the reference as inputs")
+    # The reference's own arrays become inputs after its own, in the order it made them.
+    return Program(inputs=inputs + builder.made, ops=builder.ops, outputs=outputs, static=tuple(config.static),
+                   given=len(inputs), drawn=[builder.consts[v.id] for v in builder.made])

@@ -38,7 +38,7 @@ from tpu_runner.tasks import (
     load_task,
 )
 
-READING_VERSION = "3"
+READING_VERSION = "4"
 
 
 class Opaque:
@@ -115,8 +115,16 @@ def encode(program: Program) -> dict[str, Any]:
             "ops": [{"prim": op.prim, "args": [_arg(a) for a in op.args], "out": _arg(op.out),
                      "params": {k: _encode(v) for k, v in op.params.items()}} for op in program.ops],
             "outputs": [_arg(a) for a in program.outputs], "static": _encode(tuple(program.static)),
-            "consts": {str(k): {"dtype": np.asarray(v).dtype.name, "values": np.asarray(v).tolist()}
-                       for k, v in program.consts.items()}}
+            "given": program.given, "drawn": [_array(v) for v in program.drawn]}
+
+
+def _array(value: Any) -> dict[str, Any]:
+    return {"dtype": np.asarray(value).dtype.name, "shape": list(np.shape(value)),
+            "values": np.asarray(value).ravel().tolist()}
+
+
+def _unarray(data: dict[str, Any]) -> np.ndarray:
+    return np.asarray(data["values"], dtype=np.dtype(data["dtype"])).reshape(data["shape"])
 
 
 def decode(data: dict[str, Any]) -> Program:
@@ -124,8 +132,8 @@ def decode(data: dict[str, Any]) -> Program:
                    ops=[Op(o["prim"], tuple(_unarg(a) for a in o["args"]),
                            {k: _decode(v) for k, v in o["params"].items()}, _unarg(o["out"])) for o in data["ops"]],
                    outputs=[_unarg(a) for a in data["outputs"]], static=_decode(data["static"]),
-                   consts={int(k): np.asarray(c["values"], dtype=np.dtype(c["dtype"])) for k, c in
-                           data["consts"].items()})
+                   given=data["given"],
+                   drawn=[_unarray(c) for c in data["drawn"]])
 
 
 @dataclass(frozen=True)
