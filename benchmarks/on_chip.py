@@ -71,8 +71,11 @@ def _xla_v6e_ms(task_dir: Path) -> float | None:
 
 
 def kernel_digest(path: Path | None) -> str | None:
-    """Which kernel an entry is about: a logged result stands for the same source only."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path is not None else None
+    """Which kernel an entry is about: a logged result stands for the same code and parameters only (not the
+    docstring, nor the TUNABLE space declared beside the values)."""
+    from agents.offline.brain import kernel_code
+
+    return hashlib.sha256(kernel_code(path.read_text()).encode()).hexdigest()[:16] if path is not None else None
 
 
 def entry(task_dir: Path, why_none: str, result: EvalResult | Exception | None, kernel: str | None = None) -> dict:

@@ -55,8 +55,10 @@ _TOGGLES = {
 }
 
 
-def _without_docstring(source: str) -> str:
-    return source.split('"""', 2)[2]
+def kernel_code(source: str) -> str:
+    """The module without its docstring and TUNABLE declaration (whose block sizes end at each configuration's
+    own sizes): what must be the same for one kernel to serve several configurations."""
+    return re.sub(r"^TUNABLE = \{.*?^\}\n", "", source.split('"""', 2)[2], count=1, flags=re.DOTALL | re.MULTILINE)
 
 
 def analyse(reading: Reading, chip: ChipSpec) -> Spec:
@@ -67,11 +69,11 @@ def analyse(reading: Reading, chip: ChipSpec) -> Spec:
         # Looking like attention is not enough: the numbers must agree with attention's (checked by the reading).
         raise NotRecognised(reading.attention_check or "attention-like, but its numbers were not checked")
     params = choose(spec, chip)[0]
-    kernel = _without_docstring(emit.source(spec, params))
+    kernel = kernel_code(emit.source(spec, params))
     for other in programs[1:]:
         # One kernel serves every shape only if the same code comes out for each: same ops, same constants
         # (a mean's row length is kept symbolic), the same roles for the inputs.
-        if _without_docstring(emit.source(recognise(other), params)) != kernel:
+        if kernel_code(emit.source(recognise(other), params)) != kernel:
             raise NotRecognised("the reference computes differently for its other input shapes (other ops, or "
                                 "constants that depend on the shapes), so one kernel cannot serve them all")
     return spec
@@ -277,5 +279,5 @@ def offline_brain(task: Task, chip: ChipSpec, settings: Settings) -> OfflineBrai
     return OfflineBrain(task=task, chip=chip, reading=read_task(task, settings))
 
 
-__all__ = ["REDIRECTS", "NotRecognised", "OfflineBrain", "analyse", "offline_brain",
+__all__ = ["REDIRECTS", "NotRecognised", "OfflineBrain", "analyse", "kernel_code", "offline_brain",
            "parse_redirect"]

@@ -7,6 +7,7 @@ XLA its cost with pl.CostEstimate.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -25,8 +26,8 @@ from agents.offline.expr import (
 )
 from agents.offline.families import Matmul, Operand, Rowwise, Spec
 from agents.offline.kernel_family import FamilySpec
-from agents.offline.program import Op, Program, itemsize
-from agents.offline.tail import wrapper_tail
+from agents.offline.program import Op, Program, Value, itemsize
+from agents.offline.tail import tail_lines, wrapper_tail
 
 _TRANSCENDENTAL = {"exp", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "rsqrt", "erf", "sin", "cos",
                    "exp2", "tan", "pow"}
@@ -76,10 +77,18 @@ def _align(dtype: str) -> int:
 
 
 # -- rowwise ----------------------------------------------------------------------------------------------------
+def up_to(values: tuple[int, ...], dim: int) -> tuple[int, ...]:
+    """A block axis's values below `dim` and the first at or above it: a block is clamped to its dimension, so
+    larger ones give the same kernel (a plan or a search step there would evaluate it again)."""
+    first = next((v for v in values if v >= dim), None)
+    return tuple(v for v in values if v < dim) + ((first,) if first is not None else ())
+
+
 def rowwise_space(spec: Rowwise) -> dict[str, tuple[Any, ...]]:
-    space: dict[str, tuple[Any, ...]] = {"BLOCK_ROWS": (8, 16, 32, 64, 128, 256, 512, 1024, 2048)}
+    rows = math.prod(spec.main[:-1]) if len(spec.main) > 1 else 1
+    space: dict[str, tuple[Any, ...]] = {"BLOCK_ROWS": up_to((8, 16, 32, 64, 128, 256, 512, 1024, 2048), rows)}
     if not spec.reduces:
-        space["BLOCK_COLS"] = (128, 256, 512, 1024, 2048, 4096, 8192)
+        space["BLOCK_COLS"] = up_to((128, 256, 512, 1024, 2048, 4096, 8192), spec.main[-1] if spec.main else 1)
     space["VMEM_LIMIT_BYTES"] = tuple(m * 2**20 for m in (16, 32, 64, 100))
     space["ELEMENTWISE_DTYPES"] = _dtypes([op.out for op in spec.ops] + [o.value for o in spec.operands])
     return space
@@ -147,10 +156,10 @@ def computation({args}):
 
 # -- matmul + epilogue ------------------------------------------------------------------------------------------
 def matmul_space(spec: Matmul) -> dict[str, tuple[Any, ...]]:
-    space: dict[str, tuple[Any, ...]] = {"BLOCK_M": (64, 128, 256, 512, 1024, 2048, 4096)}
+    space: dict[str, tuple[Any, ...]] = {"BLOCK_M": up_to((64, 128, 256, 512, 1024, 2048, 4096), spec.m)}
     if not spec.reduces:
-        space["BLOCK_N"] = (128, 256, 512, 1024, 2048, 4096)
-    space["BLOCK_K"] = (128, 256, 512, 1024, 2048)
+        space["BLOCK_N"] = up_to((128, 256, 512, 1024, 2048, 4096), spec.n)
+    space["BLOCK_K"] = up_to((128, 256, 512, 1024, 2048), spec.k)
     # Rows of the tile multiplied and finished at a time: large tiles (fewer HBM re-reads) then need VMEM for the
     # accumulator only, not for a tile-sized f32 product and epilogue temporaries besides.
     space["SUB_M"] = (128, 256, 512)
@@ -332,44 +341,67 @@ def computation({args}):
 ''')
 
 
+def _drawn_body(program: Program) -> list[str]:
+    """The lines of a function returning the reference's own arrays for one configuration: drawn again with
+    jax.random and the reference's ops on the draws where it can, else carried (bytes as hex)."""
+    lines = [f"d{i} = jax.random.{d.fn}(jax.random.wrap_key_data(jnp.asarray({list(d.key_data)}, jnp.uint32)), "
+             f"{d.shape}, jnp.{d.dtype}{''.join(f', {x!r}' for x in d.extra)})" for i, d in program.draws.items()]
+    names = {i: f"d{i}" for i in program.draws}
+    if program.prologue:
+        lines += tail_lines(tuple(program.prologue), names, {})[0]
+        names |= {op.out.id: f"t{op.out.id}" for op in program.prologue}
+    arrays = [names[a.id] if isinstance(a, Value) else f"_carried({np.asarray(a).dtype.name!r}, "
+              f"{tuple(np.shape(a))}, {np.ascontiguousarray(a).tobytes().hex()!r})" for a in program.drawn]
+    return lines + [f"return [{', '.join(arrays)}]"]
+
+
 def with_drawn(kernel: str, programs: list[Program]) -> str:
     """The kernel of a reference that makes arrays itself (`Program.drawn`): the family's code takes them as inputs
-    after the reference's own; a wrapper with the reference's signature supplies them. When they differ between
-    the configurations the reference was read at (they depend on its input shapes), the wrapper holds each and
-    takes those configurations only; else one set, for whatever shapes the kernel's code accepts."""
+    after the reference's own; a wrapper with the reference's signature makes them. When they differ between the
+    configurations the reference was read at (they depend on its input shapes), the wrapper knows each and takes
+    those configurations only; else it makes one set, for whatever shapes the kernel's code accepts."""
     first = programs[0]
     if first.given is None or first.given == len(first.inputs):
         return kernel
     given, n_static = first.given, len(first.static)
-    table = {repr((tuple(tuple(v.shape) for v in p.inputs[:p.given]), tuple(p.static))):
-             [(np.asarray(a).dtype.name, tuple(np.shape(a)), np.ascontiguousarray(a).tobytes().hex()) for a in p.drawn]
-             for p in programs}
+    bodies: dict[str, list[str]] = {}
+    for p in programs:
+        key = repr((tuple(tuple(v.shape) for v in p.inputs[:p.given]), tuple(p.static)))
+        bodies.setdefault(key, _drawn_body(p))
+    kinds = list(dict.fromkeys("\n".join(b) for b in bodies.values()))
+    functions = "\n\n\n".join(f"def _drawn_{i}():\n" + "\n".join(f"    {line}" for line in text.splitlines())
+                               for i, text in enumerate(kinds))
     call = ", ".join([f"a{i}" for i in range(given)] + ["*drawn"] + [f"s{i}" for i in range(n_static)])
-    if len({repr(arrays) for arrays in table.values()}) == 1:
-        held = f"_DRAWN = {next(iter(table.values()))!r}"
-        choose = "    arrays = _DRAWN"
+    if len(kinds) == 1:
+        table, choose = "", "    drawn = _drawn_0()"
     else:
         shapes = "".join(f"a{i}.shape, " for i in range(given))
         statics = "".join(f"s{i}, " for i in range(n_static))
-        entries = "\n".join(f"    {key!r}: {arrays!r}," for key, arrays in table.items())
-        held = f"_DRAWN = {{\n{entries}\n}}"
+        entries = "\n".join(f"    {key!r}: _drawn_{kinds.index(chr(10).join(b))}," for key, b in bodies.items())
+        table = f"\n\n_DRAWN = {{\n{entries}\n}}\n"
         choose = f"""    key = repr((({shapes}), ({statics})))
     if key not in _DRAWN:
-        raise ValueError(f"this kernel carries the reference's own arrays for {{list(_DRAWN)}} only, not {{key}}")
-    arrays = _DRAWN[key]"""
+        raise ValueError(f"this kernel makes the reference's own arrays for {{list(_DRAWN)}} only, not {{key}}")
+    drawn = _DRAWN[key]()"""
+    carried = '''
+
+import numpy as np  # noqa: E402 - for the arrays carried below
+
+
+def _carried(dtype, shape, data):
+    return jnp.asarray(np.frombuffer(bytes.fromhex(data), dtype=np.dtype(dtype)).reshape(shape))
+''' if "_carried(" in functions else ""
     return kernel.replace("\ndef computation(", "\ndef _computation_taking_drawn(", 1) + f'''
 
-import numpy as np  # noqa: E402 - for the arrays below
+# The arrays the reference makes itself (its own weights, the same on every call), made as it makes them where a
+# wrapper can, else carried. The kernel above takes them as inputs after the reference's own.{carried}
 
-# The arrays the reference makes itself (its own weights, the same on every call): (dtype, shape, bytes as hex).
-# The kernel above takes them as inputs after the reference's own.
-{held}
 
+{functions}
+{table}
 
 def computation({", ".join(_signature(given, n_static))}):
 {choose}
-    drawn = [jnp.asarray(np.frombuffer(bytes.fromhex(data), dtype=np.dtype(dtype)).reshape(shape))
-             for dtype, shape, data in arrays]
     return _computation_taking_drawn({call})
 '''
 

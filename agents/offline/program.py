@@ -8,6 +8,7 @@ those end): the kernel takes them as it takes the reference's inputs, and its wr
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,19 @@ class Value:
 
 Arg = Value | float | int | bool  # a literal is a Python scalar
 
+DRAWS = ("_normal", "_uniform")  # jax.random's draws (the names of their jitted bodies) a wrapper repeats
+
+
+@dataclass(frozen=True)
+class Draw:
+    """`jax.random.<fn>(key, shape, dtype, *extra)` with a key made from its data (the default implementation)."""
+
+    fn: str  # normal | uniform
+    key_data: tuple[int, ...]
+    shape: tuple[int, ...]
+    dtype: str
+    extra: tuple[float, ...] = ()  # uniform's minval and maxval
+
 
 def itemsize(dtype: str) -> int:
     """Bytes per element of a numpy dtype name (bfloat16 included, which plain numpy does not know)."""
@@ -54,7 +68,10 @@ class Program:
     outputs: list[Arg]
     static: tuple[Any, ...] = ()
     given: int | None = None  # inputs[:given] are the reference's; the rest its own arrays (`drawn`, in order)
+    # Each of those arrays: its value, or the Value of `prologue` that computes it again from `draws`.
     drawn: list[Any] = field(default_factory=list)
+    draws: dict[int, Draw] = field(default_factory=dict)  # random draws the prologue starts from, by value id
+    prologue: list[Op] = field(default_factory=list)  # XLA ops on them, as the reference has them
 
     def producer(self, value: Value) -> Op | None:
         return next((op for op in self.ops if op.out.id == value.id), None)
@@ -68,6 +85,7 @@ class _Made:
     """A value the reference makes from no input (a random key, what is drawn from it): computed, not traced."""
 
     value: Any
+    recipe: Arg | None = None  # how a wrapper computes it again: a Value of the prologue (or a literal)
 
 
 def _is_key(aval: Any) -> bool:
@@ -81,13 +99,16 @@ class _Builder:
         self.ops: list[Op] = []
         self.consts: dict[int, Any] = {}
         self.made: list[Value] = []  # the constants' values, in the order they were made
+        self.recipes: dict[int, Arg | None] = {}  # by a made constant's id: how to compute it again, if known
+        self.draws: dict[int, Draw] = {}
+        self.prologue: list[Op] = []
         self.next_id = 0
 
     def value(self, aval: Any) -> Value:
         self.next_id += 1
         return Value(self.next_id, tuple(int(d) for d in aval.shape), np.dtype(aval.dtype).name)
 
-    def literal_or_value(self, const: Any, aval: Any) -> Arg:
+    def literal_or_value(self, const: Any, aval: Any, recipe: Arg | None = None) -> Arg:
         if _is_key(aval):
             raise NotImplementedError("a random key the reference makes reaches its work on the inputs (as "
                                       "dropout's would); the offline brain writes kernels of deterministic programs")
@@ -98,6 +119,43 @@ class _Builder:
         v = self.value(aval)
         self.consts[v.id] = array
         self.made.append(v)
+        self.recipes[v.id] = recipe
+        return v
+
+    def recipe(self, eqn: Any, known: list[_Made], results: list[Any]) -> Arg | None:
+        """How a wrapper computes a folded equation's one result again with public JAX, or None: a draw of
+        jax.random (checked here to give the same numbers) or an XLA op on such results."""
+        import jax
+
+        if len(results) != 1 or _is_key(eqn.outvars[0].aval):
+            return None
+        aval = eqn.outvars[0].aval
+        name = str(eqn.params.get("name", ""))
+        if name in DRAWS and known and _is_key(eqn.invars[0].aval) and np.ndim(known[0].value) == 0:
+            extra = tuple(float(k.value) for k in known[1:])
+            draw = Draw(name.lstrip("_"), tuple(int(d) for d in np.asarray(jax.random.key_data(known[0].value))),
+                        tuple(int(d) for d in aval.shape), np.dtype(aval.dtype).name, extra)
+            if str(jax.random.key_impl(known[0].value)) != "threefry2x32" or not np.array_equal(
+                    np.asarray(draw_again(draw)), np.asarray(results[0])):
+                return None
+            v = self.value(aval)
+            self.draws[v.id] = draw
+            return v
+        from agents.offline.tail import TAIL_PRIMS
+
+        args: list[Arg] = []
+        for a, k in zip(eqn.invars, known, strict=True):
+            if k.recipe is not None:
+                args.append(k.recipe)
+            elif hasattr(a, "val") and np.ndim(a.val) == 0:
+                args.append(np.asarray(a.val).item())
+            else:
+                return None
+        if eqn.primitive.name not in TAIL_PRIMS or any(k in eqn.params for k in _NESTED):
+            return None
+        v = self.value(aval)
+        params = {k: p for k, p in eqn.params.items() if k not in ("out_sharding", "sharding")}
+        self.prologue.append(Op(eqn.primitive.name, tuple(args), params, v))
         return v
 
     def inline(self, jaxpr: Any, consts: list[Any], args: list[Arg | _Made]) -> list[Arg | _Made]:
@@ -116,18 +174,21 @@ class _Builder:
 
         def read(atom: Any) -> Arg:
             found = made(atom)
-            return self.literal_or_value(found.value, atom.aval) if found is not None else env[atom]  # type: ignore
+            return self.literal_or_value(found.value, atom.aval, found.recipe) if found is not None \
+                else env[atom]  # type: ignore[return-value]
 
         for eqn in jaxpr.eqns:
             known = [made(a) for a in eqn.invars]
             keyed = any(_is_key(v.aval) for v in [*eqn.invars, *eqn.outvars])
-            if all(k is not None for k in known) and (keyed or any(isinstance(env.get(a), _Made)
-                                                                   for a in eqn.invars if not hasattr(a, "val"))):
-                # Made from no input, with a random key on the way: computed here, once (a literal-only chain
-                # such as iota or a broadcast of a scalar stays an op: families read those as positions).
+            scalar = all(math.prod(v.aval.shape) == 1 for v in eqn.outvars)
+            if all(k is not None for k in known) and (keyed or scalar or any(
+                    isinstance(env.get(a), _Made) for a in eqn.invars if not hasattr(a, "val"))):
+                # Made from no input, with a random key on the way or a scalar: computed here, once (a chain of
+                # literals into an array, an iota or a broadcast, stays ops: families read those as positions).
                 results = bind_equation(eqn, [k.value for k in known if k is not None])
+                recipe = self.recipe(eqn, [k for k in known if k is not None], results)
                 for var, out in zip(eqn.outvars, results, strict=True):
-                    env[var] = _Made(out)
+                    env[var] = _Made(out, recipe)
                 continue
             inner = next((eqn.params[k] for k in _NESTED if k in eqn.params), None)
             if inner is not None:
@@ -161,13 +222,25 @@ def trace(task: Task, config: Configuration) -> Program:
     builder = _Builder()
     inputs = [builder.value(v.aval) for v in closed.jaxpr.invars]
     outs = builder.inline(closed.jaxpr, list(closed.consts), list(inputs))
-    outputs = [builder.literal_or_value(o.value, v.aval) if isinstance(o, _Made) else o
+    outputs = [builder.literal_or_value(o.value, v.aval, o.recipe) if isinstance(o, _Made) else o
                for o, v in zip(outs, closed.jaxpr.outvars, strict=True)]
-    size = sum(np.asarray(builder.consts[v.id]).nbytes for v in builder.made)
+    # A wrapper draws again what it can (exact, and nothing to carry); the rest it carries, up to DRAWN_BYTES.
+    drawn = [builder.recipes[v.id] if isinstance(builder.recipes[v.id], Value) else builder.consts[v.id]
+             for v in builder.made]
+    size = sum(a.nbytes for a in drawn if isinstance(a, np.ndarray))
     if size > DRAWN_BYTES:
         raise NotImplementedError(f"the reference makes {size / 2**20:.1f} MiB of arrays itself (its own weights or "
                                   f"tables); a kernel of the offline brain carries at most {DRAWN_BYTES >> 10} KiB of "
                                   "them: pass them to the reference as inputs")
     # The reference's own arrays become inputs after its own, in the order it made them.
     return Program(inputs=inputs + builder.made, ops=builder.ops, outputs=outputs, static=tuple(config.static),
-                   given=len(inputs), drawn=[builder.consts[v.id] for v in builder.made])
+                   given=len(inputs), drawn=drawn, draws=builder.draws, prologue=builder.prologue)
+
+
+def draw_again(draw: Draw) -> Any:
+    """The draw made again as a wrapper makes it (what `emit.with_drawn` writes, run here)."""
+    import jax
+    import jax.numpy as jnp
+
+    key = jax.random.wrap_key_data(jnp.asarray(draw.key_data, jnp.uint32))
+    return getattr(jax.random, draw.fn)(key, draw.shape, jnp.dtype(draw.dtype), *draw.extra)

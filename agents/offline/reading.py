@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ import numpy as np
 from agents.offline.attention import Attention, confirm
 from agents.offline.expr import NotRecognised
 from agents.offline.families import recognise
-from agents.offline.program import Op, Program, Value, trace
+from agents.offline.program import Draw, Op, Program, Value, trace
 from storage.settings import Settings
 from tpu_runner.sandbox import run_one_shot
 from tpu_runner.tasks import (
@@ -38,7 +38,7 @@ from tpu_runner.tasks import (
     load_task,
 )
 
-READING_VERSION = "4"
+READING_VERSION = "5"
 
 
 class Opaque:
@@ -110,12 +110,23 @@ def _unarg(a: Any) -> Any:
     return Value(a["value"], tuple(a["shape"]), a["dtype"]) if isinstance(a, dict) else a
 
 
+def _op(op: Op) -> dict[str, Any]:
+    return {"prim": op.prim, "args": [_arg(a) for a in op.args], "out": _arg(op.out),
+            "params": {k: _encode(v) for k, v in op.params.items()}}
+
+
+def _unop(o: dict[str, Any]) -> Op:
+    return Op(o["prim"], tuple(_unarg(a) for a in o["args"]), {k: _decode(v) for k, v in o["params"].items()},
+              _unarg(o["out"]))
+
+
 def encode(program: Program) -> dict[str, Any]:
-    return {"inputs": [_arg(v) for v in program.inputs],
-            "ops": [{"prim": op.prim, "args": [_arg(a) for a in op.args], "out": _arg(op.out),
-                     "params": {k: _encode(v) for k, v in op.params.items()}} for op in program.ops],
+    return {"inputs": [_arg(v) for v in program.inputs], "ops": [_op(op) for op in program.ops],
             "outputs": [_arg(a) for a in program.outputs], "static": _encode(tuple(program.static)),
-            "given": program.given, "drawn": [_array(v) for v in program.drawn]}
+            "given": program.given,
+            "drawn": [{"again": _arg(v)} if isinstance(v, Value) else _array(v) for v in program.drawn],
+            "draws": {str(k): asdict(d) for k, d in program.draws.items()},
+            "prologue": [_op(op) for op in program.prologue]}
 
 
 def _array(value: Any) -> dict[str, Any]:
@@ -128,12 +139,13 @@ def _unarray(data: dict[str, Any]) -> np.ndarray:
 
 
 def decode(data: dict[str, Any]) -> Program:
-    return Program(inputs=[_unarg(v) for v in data["inputs"]],
-                   ops=[Op(o["prim"], tuple(_unarg(a) for a in o["args"]),
-                           {k: _decode(v) for k, v in o["params"].items()}, _unarg(o["out"])) for o in data["ops"]],
+    return Program(inputs=[_unarg(v) for v in data["inputs"]], ops=[_unop(o) for o in data["ops"]],
                    outputs=[_unarg(a) for a in data["outputs"]], static=_decode(data["static"]),
                    given=data["given"],
-                   drawn=[_unarray(c) for c in data["drawn"]])
+                   drawn=[_unarg(c["again"]) if "again" in c else _unarray(c) for c in data["drawn"]],
+                   draws={int(k): Draw(d["fn"], tuple(d["key_data"]), tuple(d["shape"]), d["dtype"],
+                                       tuple(d["extra"])) for k, d in data["draws"].items()},
+                   prologue=[_unop(o) for o in data["prologue"]])
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
-"""References that make arrays themselves (weights drawn with new-style `jax.random` keys inside the computation):
-the offline brain computes them once, its kernel takes them as inputs and carries them, and the real evaluator
-finds the kernel ok. Arrays that differ between the reference's configurations are held for each; arrays too large
-to carry are refused with what to do instead."""
+"""References that make arrays themselves (weights drawn with new-style `jax.random` keys inside the computation, a
+table closed over): the offline brain reads them once, its kernel takes them as inputs, and its wrapper makes them
+as the reference does (a draw of jax.random and the ops on it) or carries them; the real evaluator finds the kernels
+ok. Arrays that differ between the reference's configurations are made for each; arrays too large to carry and
+not drawn again are refused with what to do instead."""
 
 from __future__ import annotations
 
@@ -40,16 +41,18 @@ def get_test_inputs():
     return [jax.random.normal(jax.random.key(1), (64, 128), jnp.bfloat16)], [1e-6]
 '''
 
-# The weight and bias have fixed shapes: one set serves every number of rows.
+# The weight and bias have fixed shapes: one set serves every number of rows. The bias is a table closed over.
 LINEAR_DRAWN_WEIGHT = '''import jax
 import jax.numpy as jnp
+import numpy as np
+
+BIAS = np.linspace(-0.5, 0.5, 128, dtype=np.float32)
 
 
 def computation(x):
-    kw, kb = jax.random.split(jax.random.key(3))
-    w = jax.random.normal(kw, (256, 128), jnp.float32) / 16.0
-    b = 0.1 * jax.random.normal(kb, (128,), jnp.float32)
-    return jax.nn.relu(x @ w + b)
+    kw, _ = jax.random.split(jax.random.key(3))
+    w = jax.random.uniform(kw, (256, 128), jnp.float32, -1.0, 1.0) / 16.0
+    return jax.nn.relu(x @ w + BIAS)
 
 
 def get_inputs():
@@ -61,7 +64,7 @@ import jax.numpy as jnp
 
 
 def computation(x):
-    return x @ jax.random.normal(jax.random.key(3), (1024, 1024), jnp.float32)
+    return x @ jax.random.truncated_normal(jax.random.key(3), -2.0, 2.0, (1024, 1024), jnp.float32)
 
 
 def get_inputs():
@@ -77,7 +80,8 @@ def test_arrays_the_reference_draws_itself_travel_with_the_kernel(tmp_path: Path
     large = reference_task(tmp_path, "too_large", TOO_LARGE, description="matmul")
     readings = read_tasks([rms, linear], settings)
     assert [a.shape for a in readings[rms.digest].programs[0].drawn] == [(1, 256)]  # broadcast ahead of use
-    assert [a.shape for a in readings[linear.digest].programs[0].drawn] == [(256, 128), (1, 128)]
+    assert [a.shape for a in readings[linear.digest].programs[0].drawn] == [(128,), (256, 128)]  # table first
+    assert [d.fn for d in readings[linear.digest].programs[0].draws.values()] == ["uniform"]
     with pytest.raises(NotRecognised, match="MiB of arrays itself.*pass them to the reference as inputs"):
         read_tasks([large], settings)
 
@@ -91,9 +95,11 @@ def test_arrays_the_reference_draws_itself_travel_with_the_kernel(tmp_path: Path
         kernel = tmp_path / f"{task.task_id}.py"
         kernel.write_text(code)
         requests.append(EvalRequest(task.path, kernel, "v6e"))
-    # Held for each configuration where they differ, once where they do not.
+    # Made for each configuration where they differ, once where they do not; drawn again, or carried (the table).
     assert "(((512, 256),), (1e-06,))" in sources[0] and "(((64, 128),), (1e-06,))" in sources[0]
-    assert "key = repr(" not in sources[1]
+    assert "jax.random.normal(jax.random.wrap_key_data(" in sources[0] and "_carried('" not in sources[0]
+    assert "key = repr(" not in sources[1] and "jax.random.uniform(" in sources[1]
+    assert "_carried('float32', (128,)" in sources[1]
     assert brain.spec.family == "matmul"
     results = evaluate_many(requests, settings)
     messages = [getattr(r, "message", repr(r)) for r in results]
