@@ -29,6 +29,7 @@ from agents.offline.expr import (
     unsupported,
 )
 from agents.offline.kernel_family import FamilySpec
+from agents.offline.layout import canonical_convolutions
 from agents.offline.program import Op, Program, Value
 from agents.offline.tail import TAIL_PRIMS, splits, tail_inputs
 
@@ -246,6 +247,7 @@ def _matmul(program: Program, dot: Op, output: Value) -> Matmul:
 
 
 def recognise(program: Program) -> Spec:
+    program = canonical_convolutions(program)
     output = _single_output(program)
     for recogniser in RECOGNISERS:
         spec = recogniser(program, output)
