@@ -258,7 +258,8 @@ class OfflineBrain:
         if not isinstance(output, Value):
             raise AgentAnswerError("the reference returns a constant; the offline brain has nothing to conform to")
         try:
-            fixed, what = repair(blocks[0], prompt, output, program.inputs, self.chip.vmem_bytes)
+            given = program.inputs[:program.given]  # the wrapper takes the reference's own inputs, not the drawn
+            fixed, what = repair(blocks[0], prompt, output, given, self.chip.vmem_bytes)
         except CannotRepair as exc:
             raise AgentAnswerError(str(exc)) from exc
         return f"{what}\n```python\n{fixed}```"
