@@ -25,7 +25,16 @@ HOST_TPU = host_target(os.environ)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked `tpu` need this host's chip: elsewhere they are skipped, with the reason in the summary."""
+    """Modules with `slow` tests run first; tests marked `tpu` need this host's chip: elsewhere they are skipped,
+    with the reason in the summary.
+
+    xdist hands out whole modules in this order (`--dist loadscope --no-loadscope-reorder`): a module of one
+    three-minute test handed out last kept one worker busy minutes after the other had finished."""
+    def module(item: pytest.Item) -> str:
+        return getattr(getattr(item, "module", None), "__name__", "")
+
+    slow = {module(item) for item in items if "slow" in item.keywords}
+    items.sort(key=lambda item: module(item) not in slow)  # a stable sort: each module's tests stay together, in order
     if HOST_TPU is not None:
         return
     skip = pytest.mark.skip(reason="needs a TPU host (no TPU device files and TPU_ACCELERATOR_TYPE here); on one: "

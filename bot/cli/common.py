@@ -28,45 +28,44 @@ Target = Annotated[str | None, typer.Option("--target", help=f"TPU generation: {
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
 
+def _is(exc: Exception, where: str) -> bool:
+    """`exc` is an instance of the class at `where` ("module:Name"). A class whose module was never imported cannot
+    have been raised, so that module is not imported to ask: importing the Slack app and the Anthropic SDK only to
+    learn that made every failing command seconds slower."""
+    module, name = where.split(":")
+    kind = getattr(sys.modules.get(module), name, None)
+    return isinstance(kind, type) and isinstance(exc, kind)
+
+
 def _friendly(exc: Exception) -> tuple[str, str] | None:
     """One line and the next step, for each kind of bad input or unreachable service; None if unknown."""
-    from sqlalchemy.exc import OperationalError
-
-    from agents.brain import BrainError
-    from agents.brains import BrainUnavailable
-    from agents.local import SessionStopped
-    from bot.slack.app import SlackSettingsError
-    from storage.migrate import SchemaNewer, SchemaOutdated
-    from storage.queue import JobNotFound
-    from tpu_runner.chip import ChipBusy
-    from tpu_runner.evaluate import KernelFileError
-    from tpu_runner.porting import PortUnavailable
-
-    if isinstance(exc, OperationalError):
-        return (f"cannot use the database: {str(exc.orig).strip().splitlines()[0]}",
+    if _is(exc, "sqlalchemy.exc:OperationalError"):
+        return (f"cannot use the database: {str(getattr(exc, 'orig', exc)).strip().splitlines()[0]}",
                 "check KERNELBOT_DATABASE_URL and that the server is running")
-    if isinstance(exc, BrainError):  # no answer at all from the model: the brain says what to do
-        return str(exc), exc.next_step or "see `kernelbot doctor`"
-    table: list[tuple[type[Exception], str]] = [
+    if _is(exc, "agents.brain:BrainError"):  # no answer at all from the model: the brain says what to do
+        return str(exc), getattr(exc, "next_step", None) or "see `kernelbot doctor`"
+    table: list[tuple[type[Exception] | str, str]] = [
         (TaskError, "check the task directory (reference.py + kernel_task.yaml, or baseline.py); "
                     "`kernelbot tasks` lists valid ones"),
-        (KernelFileError, "pass the path of a Python file that defines computation(...)"),
-        (ChipBusy, "run it again once the TPU is free, or with KERNELBOT_TPU=off to check it in interpret mode "
-                   "and estimate its time"),
+        ("tpu_runner.evaluate:KernelFileError", "pass the path of a Python file that defines computation(...)"),
+        ("tpu_runner.chip:ChipBusy", "run it again once the TPU is free, or with KERNELBOT_TPU=off to check it in "
+                                     "interpret mode and estimate its time"),
         (UnknownTarget, f"use --target with one of {', '.join(CHIPS)}"),
         (SettingsError, "fix the environment variable named above"),
-        (SchemaOutdated, "run `kernelbot db upgrade`"),
-        (SchemaNewer, "install the kernelbot version that migrated the database (`kernelbot doctor` shows both)"),
-        (JobNotFound, "`kernelbot jobs` lists the jobs"),
+        ("storage.migrate:SchemaOutdated", "run `kernelbot db upgrade`"),
+        ("storage.migrate:SchemaNewer", "install the kernelbot version that migrated the database (`kernelbot "
+                                        "doctor` shows both)"),
+        ("storage.queue:JobNotFound", "`kernelbot jobs` lists the jobs"),
         (LookupError, "check the id; the session may live in another KERNELBOT_HOME or database"),
-        (BrainUnavailable, "see `kernelbot optimize --help`"),
-        (SessionStopped, "fix what the reason names, then `kernelbot optimize` again (`kernelbot jobs` shows the job)"),
-        (SlackSettingsError, "set it in the environment (see the Slack app's settings pages)"),
-        (PortUnavailable, "install the extra named above, then run the command again"),
+        ("agents.brains:BrainUnavailable", "see `kernelbot optimize --help`"),
+        ("agents.local:SessionStopped", "fix what the reason names, then `kernelbot optimize` again (`kernelbot "
+                                        "jobs` shows the job)"),
+        ("bot.slack.app:SlackSettingsError", "set it in the environment (see the Slack app's settings pages)"),
+        ("tpu_runner.porting:PortUnavailable", "install the extra named above, then run the command again"),
         (ValueError, "check the command's options (`kernelbot COMMAND --help`) and the settings it names"),
     ]
     for kind, hint in table:
-        if isinstance(exc, kind):
+        if _is(exc, kind) if isinstance(kind, str) else isinstance(exc, kind):
             return str(exc), hint
     return None
 

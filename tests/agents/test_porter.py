@@ -126,6 +126,7 @@ def test_a_subtly_wrong_translation_is_refused_with_the_mismatch_shown(llm_setti
     assert "jnp.max(e, axis=-1, keepdims=True)" in retry
 
 
+@pytest.mark.slow
 def test_a_refused_answer_fixed_on_the_retry_is_accepted(llm_settings: Settings, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     dest = tmp_path / "tasks" / "row_softmax"

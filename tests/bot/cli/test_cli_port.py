@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import CORPUS, REPO
 from tpu_runner.porting import EXTRA
 
@@ -54,6 +56,7 @@ def test_json_with_a_name_and_another_directory(tmp_path: Path) -> None:
     assert "once" in report["next"][1] and "KERNELBOT_SUITES" in report["next"][1]  # not where /kernel new looks
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_clear_line_and_exit_2(tmp_path: Path) -> None:
     missing = _port([str(tmp_path / "nope.py")], tmp_path)
     assert missing.returncode == 2 and missing.stdout == ""
