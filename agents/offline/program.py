@@ -95,7 +95,8 @@ def _is_key(aval: Any) -> bool:
 
 
 class _Builder:
-    def __init__(self) -> None:
+    def __init__(self, rewritable: frozenset[str]) -> None:
+        self.rewritable = rewritable  # the primitives a wrapper can write again (the tail's)
         self.ops: list[Op] = []
         self.consts: dict[int, Any] = {}
         self.made: list[Value] = []  # the constants' values, in the order they were made
@@ -141,8 +142,6 @@ class _Builder:
             v = self.value(aval)
             self.draws[v.id] = draw
             return v
-        from agents.offline.tail import TAIL_PRIMS
-
         args: list[Arg] = []
         for a, k in zip(eqn.invars, known, strict=True):
             if k.recipe is not None:
@@ -151,7 +150,7 @@ class _Builder:
                 args.append(np.asarray(a.val).item())
             else:
                 return None
-        if eqn.primitive.name not in TAIL_PRIMS or any(k in eqn.params for k in _NESTED):
+        if eqn.primitive.name not in self.rewritable or any(k in eqn.params for k in _NESTED):
             return None
         v = self.value(aval)
         params = {k: p for k, p in eqn.params.items() if k not in ("out_sharding", "sharding")}
@@ -212,14 +211,15 @@ class _Builder:
         return [env[v] if not hasattr(v, "val") and isinstance(env[v], _Made) else read(v) for v in jaxpr.outvars]
 
 
-def trace(task: Task, config: Configuration) -> Program:
-    """The reference's program for one configuration (static arguments folded in as literals)."""
+def trace(task: Task, config: Configuration, rewritable: frozenset[str]) -> Program:
+    """The reference's program for one configuration (static arguments folded in as literals). An array the
+    reference makes itself from a random draw and `rewritable` primitives is drawn again by the wrapper."""
     import jax  # only the sandboxed child traces: the offline brain's other modules import this one without jax
 
     fn = import_reference(task).computation
     args = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in config.dynamic]
     closed = jax.make_jaxpr(lambda *dyn: fn(*dyn, *config.static))(*args)
-    builder = _Builder()
+    builder = _Builder(rewritable)
     inputs = [builder.value(v.aval) for v in closed.jaxpr.invars]
     outs = builder.inline(closed.jaxpr, list(closed.consts), list(inputs))
     outputs = [builder.literal_or_value(o.value, v.aval, o.recipe) if isinstance(o, _Made) else o

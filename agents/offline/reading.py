@@ -26,6 +26,7 @@ from agents.offline.attention import Attention, confirm
 from agents.offline.expr import NotRecognised
 from agents.offline.families import recognise
 from agents.offline.program import Draw, Op, Program, Value, trace
+from agents.offline.tail import TAIL_PRIMS
 from storage.settings import Settings
 from tpu_runner.sandbox import run_one_shot
 from tpu_runner.tasks import (
@@ -190,9 +191,9 @@ def _small_configuration(config: Configuration, fn: Any) -> Configuration | None
 def _read(task_dir: str) -> dict[str, Any]:
     task = load_task(task_dir)
     abstract = abstract_configurations(task)
-    programs = [trace(task, c) for c in abstract]
+    programs = [trace(task, c, TAIL_PRIMS) for c in abstract]
     tests = concrete_configurations(task, "get_test_inputs") if has_test_inputs(task) else []
-    test_programs = [trace(task, c) for c in tests]
+    test_programs = [trace(task, c, TAIL_PRIMS) for c in tests]
     check = None
     try:
         spec = recognise(programs[0])
