@@ -69,17 +69,14 @@ class CandidateCompiles:
 def stopped_error(outcome: ChildOutcome, limits_wall: int, memory_mib: int) -> tuple[Stage, EvalError]:
     """The stage and error of a child that ended without a report: a limit, a signal or an exit status."""
     stage = _CHILD_STAGES.get(outcome.stage or "", "lower")
-    if outcome.timed_out:
-        return stage, EvalError("timeout", f"the evaluation did not finish within {limits_wall} s (it was in the "
-                                f"{stage} stage); a kernel that hangs or a grid far too large for this check")
-    if outcome.memory_exceeded:
-        return stage, EvalError("memory_limit", f"the evaluation used more than {memory_mib} MiB of memory in the "
-                                f"{stage} stage and was stopped")
-    sig = outcome.signal_name
-    kind = {"SIGXCPU": "cpu_time_limit", "SIGXFSZ": "output_limit"}.get(sig or "", "crashed")
-    tail = "\n".join(outcome.stderr_tail.strip().splitlines()[-25:])
-    how = f"killed by {sig}" if sig else f"exited with status {outcome.returncode}"
-    return stage, EvalError(kind, f"the evaluation process {how} in the {stage} stage without a result.\n{tail}")
+    stop = outcome.why_stopped(wall_seconds=limits_wall, memory_mib=memory_mib, tail_lines=25)
+    if stop.kind == "timeout":
+        return stage, EvalError("timeout", f"the evaluation {stop.how} (it was in the {stage} stage); a kernel "
+                                "that hangs or a grid far too large for this check")
+    if stop.kind == "memory_limit":
+        return stage, EvalError("memory_limit", f"the evaluation {stop.how} in the {stage} stage and was stopped")
+    return stage, EvalError(stop.kind, f"the evaluation process {stop.how} in the {stage} stage without a "
+                            f"result.\n{stop.tail}")
 
 
 def run_candidate(request: CandidateRequest, *, pool: SparePool, limits: EvalLimits, compiles: CandidateCompiles,

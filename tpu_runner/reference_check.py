@@ -36,16 +36,15 @@ class ReferenceCheck:
 
 
 def _stopped(outcome: ChildOutcome, wall_seconds: int, memory_mib: int) -> str:
-    doing = outcome.stage or "starting Python and JAX"
-    if outcome.timed_out:
-        return (f"The reference did not finish within {wall_seconds} s (it was in {doing}). Build inputs with "
+    stop = outcome.why_stopped(wall_seconds=wall_seconds, memory_mib=memory_mib, doing="starting Python and JAX",
+                               tail_lines=8)
+    if stop.kind == "timeout":
+        return (f"The reference {stop.how} (it was in {stop.doing}). Build inputs with "
                 "jax.random rather than Python loops, and keep get_test_inputs() small.")
-    if outcome.memory_exceeded:
-        return (f"The reference used more than {memory_mib} MiB of memory in {doing} and was stopped. "
+    if stop.kind == "memory_limit":
+        return (f"The reference {stop.how} in {stop.doing} and was stopped. "
                 "Keep get_test_inputs() small; get_inputs() is only traced unless it needs host-side code.")
-    how = f"was killed by {outcome.signal_name}" if outcome.signal_name else f"exited with status {outcome.returncode}"
-    tail = "\n".join(outcome.stderr_tail.strip().splitlines()[-8:])[-1200:]
-    return f"The check of the reference {how} in {doing} without a result.\n{tail}".strip()
+    return f"The check of the reference {stop.how} in {stop.doing} without a result.\n{stop.tail[-1200:]}".strip()
 
 
 def check_reference(task_dir: Path, settings: Settings, *, wall_seconds: int = CHECK_SECONDS,

@@ -53,16 +53,15 @@ def output_key(task: Task, config: dict[str, Any], values_from: str | None, nume
 
 
 def _stopped(outcome: ChildOutcome, task: Task, limits: EvalLimits) -> str:
-    doing = outcome.stage or "starting"
-    if outcome.timed_out:
-        return (f"the reference of task {task.task_id} did not finish within {limits.wall_seconds} s ({doing}); "
+    stop = outcome.why_stopped(wall_seconds=limits.wall_seconds, memory_mib=limits.memory_mib)
+    if stop.kind == "timeout":
+        return (f"the reference of task {task.task_id} {stop.how} ({stop.doing}); "
                 "raise KERNELBOT_EVAL_TIMEOUT or make its check shapes smaller")
-    if outcome.memory_exceeded:
-        return (f"the reference of task {task.task_id} needs more than {limits.memory_mib} MiB ({doing}); raise "
+    if stop.kind == "memory_limit":
+        return (f"the reference of task {task.task_id} {stop.how} ({stop.doing}); raise "
                 "KERNELBOT_EVAL_MEMORY_MIB to evaluate it")
-    how = f"was killed by {outcome.signal_name}" if outcome.signal_name else f"exited with {outcome.returncode}"
-    tail = "\n".join(outcome.stderr_tail.strip().splitlines()[-10:])[-1500:]
-    return f"the reference's process of task {task.task_id} {how} ({doing}) without a result:\n{tail}"
+    return f"the reference's process of task {task.task_id} {stop.how} ({stop.doing}) without a result:\n" \
+        + stop.tail[-1500:]
 
 
 def _task_at(stage: str | None, tasks: list[Task]) -> Task:

@@ -45,12 +45,44 @@ class ChildOutcome:
 
     @property
     def signal_name(self) -> str | None:
-        if self.returncode is not None and self.returncode < 0:
-            try:
-                return signal.Signals(-self.returncode).name
-            except ValueError:
-                return f"signal {-self.returncode}"
-        return None
+        return signal_name(self.returncode)
+
+    def why_stopped(self, *, wall_seconds: int, memory_mib: int, doing: str = "starting",
+                    tail_lines: int = 10) -> ChildStop:
+        """Why the child ended without a report, in parts each caller words its own message from."""
+        if self.timed_out:
+            kind, how = "timeout", f"did not finish within {wall_seconds} s"
+        elif self.memory_exceeded:
+            kind, how = "memory_limit", f"used more than {memory_mib} MiB of memory"
+        else:
+            kind = {"SIGXCPU": "cpu_time_limit", "SIGXFSZ": "output_limit"}.get(self.signal_name or "", "crashed")
+            how = exit_words(self.returncode)
+        tail = "\n".join(self.stderr_tail.strip().splitlines()[-tail_lines:])
+        return ChildStop(kind, how, self.stage or doing, tail)
+
+
+@dataclass(frozen=True)
+class ChildStop:
+    kind: str  # timeout, memory_limit, cpu_time_limit, output_limit or crashed: an EvalError's kind
+    how: str  # "did not finish within 60 s", "used more than 4096 MiB of memory", "was killed by SIGKILL", ...
+    doing: str  # the last stage the child announced
+    tail: str  # the end of its stderr
+
+
+def signal_name(returncode: int | None) -> str | None:
+    """The signal that ended a process, from its (negative) return code; None when it exited."""
+    if returncode is not None and returncode < 0:
+        try:
+            return signal.Signals(-returncode).name
+        except ValueError:
+            return f"signal {-returncode}"
+    return None
+
+
+def exit_words(returncode: int | None) -> str:
+    """How a process ended, as words: 'was killed by SIGKILL' or 'exited with status 3'."""
+    sig = signal_name(returncode)
+    return f"was killed by {sig}" if sig else f"exited with status {returncode}"
 
 
 def child_environment(*, workdir: Path, llo_dump_dir: Path | None, on_tpu: bool, target_accelerator: str,

@@ -250,10 +250,9 @@ def read_tasks(tasks: list[Task], settings: Settings) -> dict[str, Reading]:
                                        prefix="reading", limits=settings.limits, report_name="reading.json",
                                        request_for=lambda _: {"task_dirs": [str(t.path) for t in missing]})
         if report is None:
-            how = "ran out of time" if outcome.timed_out else "ran out of memory" if outcome.memory_exceeded else \
-                f"ended with {outcome.signal_name or outcome.returncode}"
-            raise NotRecognised(f"reading the reference's program {how} ({outcome.stage or 'starting'}):\n"
-                                + "\n".join(outcome.stderr_tail.strip().splitlines()[-6:]))
+            stop = outcome.why_stopped(wall_seconds=settings.limits.wall_seconds,
+                                       memory_mib=settings.limits.memory_mib, tail_lines=6)
+            raise NotRecognised(f"the child reading the reference's program {stop.how} ({stop.doing}):\n{stop.tail}")
         for task in missing:
             entry = report[str(task.path)]
             if not entry["ok"]:

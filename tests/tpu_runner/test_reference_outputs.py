@@ -61,7 +61,7 @@ def test_a_reference_child_that_dies_keeps_the_tasks_it_finished_and_names_the_o
     why = store.prefetch_outputs([good, dying])
 
     assert list(why) == ["dies_at_outputs"]
-    assert "the reference's process of task dies_at_outputs exited with 3" in why["dies_at_outputs"]
+    assert "the reference's process of task dies_at_outputs exited with status 3" in why["dies_at_outputs"]
     kept = settings.cache_dir / "reference_outputs"
     jobs = store.production_jobs(good)
     assert jobs and all((kept / f"{job.key}.json").is_file() for job in jobs)

@@ -70,15 +70,13 @@ def require_torch() -> None:
 
 
 def _stopped(outcome: ChildOutcome, wall_seconds: int, memory_mib: int) -> PortError:
-    doing = outcome.stage or "starting"
-    if outcome.timed_out:
-        return PortError("timeout", f"porting did not finish within {wall_seconds} s (it was {doing})")
-    if outcome.memory_exceeded:
-        return PortError("memory_limit", f"porting used more than {memory_mib} MiB while {doing} and was stopped; "
+    stop = outcome.why_stopped(wall_seconds=wall_seconds, memory_mib=memory_mib, tail_lines=6)
+    if stop.kind == "timeout":
+        return PortError("timeout", f"porting {stop.how} (it was {stop.doing})")
+    if stop.kind == "memory_limit":
+        return PortError("memory_limit", f"porting {stop.how} while {stop.doing} and was stopped; "
                          "make get_inputs() and the module smaller")
-    tail = "\n".join(outcome.stderr_tail.strip().splitlines()[-6:])[-1000:]
-    how = f"was killed by {outcome.signal_name}" if outcome.signal_name else f"exited with {outcome.returncode}"
-    return PortError("crashed", f"the porting process {how} while {doing}.\n{tail}".strip())
+    return PortError("crashed", f"the porting process {stop.how} while {stop.doing}.\n{stop.tail[-1000:]}".strip())
 
 
 def run_port_child(request: dict[str, Any], settings: Settings, *, wall_seconds: int = PORT_SECONDS,

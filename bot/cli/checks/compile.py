@@ -16,6 +16,7 @@ from bot.cli.checks.install import JAX_PIN, installed_version
 from bot.cli.checks.report import Check
 from bot.task_suites import SOURCE_ROOT
 from tpu_runner.hardware import ChipSpec, get_chip
+from tpu_runner.sandbox import exit_words
 
 COMPILE_TIMEOUT_S = 180.0
 _COMPILE_MARKER = "kernelbot-doctor-compile: "
@@ -80,7 +81,6 @@ def compile_verdict(chip: ChipSpec, *, returncode: int | None, stdout: str, stde
                     timeout: float) -> Check:
     """What the child's ending says about libtpu (returncode None: it was stopped at the timeout)."""
     import shlex
-    import signal
 
     by_hand = f"`{shlex.join(compile_command(chip.name))}`"
     reinstall = f"`pip install --force-reinstall 'jax[tpu]=={installed_version('jax') or JAX_PIN}'`"
@@ -101,13 +101,7 @@ def compile_verdict(chip: ChipSpec, *, returncode: int | None, stdout: str, stde
                          f"kernelbot expects {chip.device_kind!r}",
                          f"check that libtpu {installed_version('libtpu')} is the one jax pins; {reinstall}")
         return Check("compile", "ok", done)
-    if returncode < 0:
-        try:
-            how = f"was killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            how = f"was killed by signal {-returncode}"
-    else:
-        how = f"exited with status {returncode}"
+    how = exit_words(returncode)
     tail = error_summary(stderr) or error_summary(stdout) or "no output"
     return Check("compile", "fail", f"the {chip.name} ({chip.topology}) compile {how}: {tail}",
                  f"see the whole error with {by_hand}; a broken or mismatched libtpu is fixed by {reinstall}")
