@@ -31,6 +31,7 @@ from tpu_runner.arrays import save_outputs
 from tpu_runner.checkshapes import CheckShape, Production, choose
 from tpu_runner.correctness import run_candidate_case
 from tpu_runner.coverage import output_coverage
+from tpu_runner.entry_point import ENTRY_POINTS
 from tpu_runner.errors import from_exception
 from tpu_runner.hardware import ChipSpec, get_chip
 from tpu_runner.inputs import EVALUATOR_CASES, Case, case_inputs, drawn_ahead
@@ -48,7 +49,6 @@ from tpu_runner.protocol import (
     write_json,
 )
 from tpu_runner.result import EvalError, Stage, Verdict
-from tpu_runner.static_check import ENTRY_POINTS
 from tpu_runner.structure import program_form
 from tpu_runner.tasks import (
     Configuration,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from tpu_runner import kernelbench
+from tpu_runner.entry_point import ENTRY_POINTS, entry_point_params
 from tpu_runner.pysource import parse as parse_source
 from tpu_runner.result import EvalError
 
@@ -382,28 +382,6 @@ class _Checker(ast.NodeVisitor):
         self.class_depth -= 1
 
 
-# The module-level function a candidate (or a reference) is called by: this project's name, then JAXBench's.
-ENTRY_POINTS = ("computation", "workload")
-
-
-def _entry_point_params(tree: ast.Module) -> tuple[ast.AST | None, int | None]:
-    """(node, positional parameter count) of the module-level entry point, count None for *args: `computation`,
-    JAXBench's `workload`, or the `forward` of a KernelBench-style module's ModelNew (or Model)."""
-    found: dict[str, tuple[ast.AST | None, int | None]] = {}
-    model = kernelbench.model_forward(tree)
-    if model is not None:
-        found["forward"] = (model[1], kernelbench.forward_params(model[1]))
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name in ENTRY_POINTS:
-            args = node.args
-            found[node.name] = (node, None if args.vararg else len(args.posonlyargs) + len(args.args))
-        elif isinstance(node, ast.Assign):
-            for target in node.targets:
-                if isinstance(target, ast.Name) and target.id in ENTRY_POINTS:
-                    found[target.id] = (node, None)
-    return next((found[name] for name in (*ENTRY_POINTS, "forward") if name in found), (None, None))
-
-
 def check_source(source: str, *, expected_params: int | None, allow_pure_jax: bool,
                  filename: str = "candidate.py") -> StaticReport:
     """Raise StaticViolation for the first problem found; return what was learned otherwise."""
@@ -412,7 +390,7 @@ def check_source(source: str, *, expected_params: int | None, allow_pure_jax: bo
     except SyntaxError as exc:
         raise StaticViolation(EvalError(kind="syntax_error", line=exc.lineno, stage="static",
                                         detail=f"{exc.msg} at line {exc.lineno}: {(exc.text or '').strip()}")) from None
-    node, params = _entry_point_params(tree)
+    node, params = entry_point_params(tree)
     if node is None:
         raise _violation("missing_entry_point", None, "the module must define a top-level function `computation` "
                                                     "(or JAXBench's `workload`, or a KernelBench-style class "
@@ -426,12 +404,3 @@ def check_source(source: str, *, expected_params: int | None, allow_pure_jax: bo
         raise _violation("no_pallas_call", None, "no pallas_call found: a candidate must implement the computation "
                          "with Pallas (this task does not allow pure-JAX rewrites)")
     return StaticReport(has_pallas_call=checker.has_pallas_call, entry_point_params=params)
-
-
-def reference_param_count(reference_source: str) -> int | None:
-    """Positional parameters of the reference's `computation`, read from its source."""
-    try:
-        tree = parse_source(reference_source)
-    except SyntaxError:
-        return None
-    return _entry_point_params(tree)[1]

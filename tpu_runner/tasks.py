@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from tpu_runner import jaxbench, kernelbench
-from tpu_runner.static_check import reference_param_count
+from tpu_runner.entry_point import reference_param_count
 
 KNOWN_FAMILIES = ("elementwise", "row_reduction", "matmul", "matmul_epilogue", "batched_matmul", "attention",
                   "scan", "convolution")
