@@ -6,8 +6,8 @@ from agents.brain import Brain, Budget
 from agents.offline.brain import NotRecognised, offline_brain
 from agents.offline.families import FAMILIES
 from storage.settings import Settings
-from tpu_runner.hardware import ChipSpec
-from tpu_runner.tasks import Task
+from tpu_runner.hardware.targets import ChipSpec
+from tpu_runner.tasks.task import Task
 
 BRAINS = ("anthropic", "offline")
 

@@ -15,7 +15,7 @@ from agents.session_jobs import runner_kinds
 from storage import sessions
 from storage.models import Job
 from storage.settings import Settings
-from tpu_runner.daemon import RunnerConfig, RunnerDaemon, describe_host
+from tpu_runner.runner.daemon import RunnerConfig, RunnerDaemon, describe_host
 
 
 class SessionStopped(RuntimeError):

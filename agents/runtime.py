@@ -12,10 +12,10 @@ from agents.auto_decide import AutoConfig
 from agents.brain import Brain
 from agents.task_context import task_context
 from storage.settings import Settings
-from tpu_runner.evaluate import EvalRequest, evaluate
-from tpu_runner.hardware import ChipSpec
-from tpu_runner.spares import SparePool
-from tpu_runner.tasks import Task
+from tpu_runner.candidate.spares import SparePool
+from tpu_runner.evaluation.evaluate import EvalRequest, evaluate
+from tpu_runner.hardware.targets import ChipSpec
+from tpu_runner.tasks.task import Task
 
 
 def build_loop(machine: type[AutoLoop], *, engine: Engine, brain: Brain, task: Task, chip: ChipSpec,

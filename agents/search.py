@@ -22,7 +22,7 @@ from agents.search_decide import ROOT_STRATEGY, Graph, Node, SearchConfig, next_
 from agents.session_task import carried_files
 from storage import queue, sessions
 from storage.models import Candidate, Evaluation, Job, KernelSession
-from tpu_runner.tasks import Task, load_task
+from tpu_runner.tasks.task import Task, load_task
 
 NODE_JOB = "search_node"
 

@@ -21,12 +21,12 @@ from agents.task_context import task_context
 from storage import sessions
 from storage.models import Candidate, Evaluation, KernelSession
 from storage.settings import Settings
-from tpu_runner.evaluate import EvalRequest, KernelFileError, evaluate
-from tpu_runner.hardware import UnknownTarget, get_chip
-from tpu_runner.job_kinds import evaluation_record
-from tpu_runner.result import EvalError
-from tpu_runner.spares import SparePool
-from tpu_runner.tasks import Task, TaskError
+from tpu_runner.candidate.spares import SparePool
+from tpu_runner.evaluation.evaluate import EvalRequest, KernelFileError, evaluate
+from tpu_runner.hardware.targets import UnknownTarget, get_chip
+from tpu_runner.reports.result import EvalError
+from tpu_runner.runner.job_kinds import evaluation_record
+from tpu_runner.tasks.task import Task, TaskError
 
 BrainFactory = Callable[[KernelSession], Brain]
 

@@ -22,8 +22,9 @@ from agents.session_task import session_task
 from storage import sessions
 from storage.connect import open_database
 from storage.models import KernelSession, SessionEvent
-from tpu_runner.hardware import get_chip
-from tpu_runner.job_kinds import (
+from tpu_runner.hardware.targets import get_chip
+from tpu_runner.reference.store import production_configurations
+from tpu_runner.runner.job_kinds import (
     EVALUATION_KINDS,
     JobContext,
     JobKinds,
@@ -32,8 +33,7 @@ from tpu_runner.job_kinds import (
     compose,
     load_job_modules,
 )
-from tpu_runner.reference_data import production_configurations
-from tpu_runner.tasks import Task, TaskError
+from tpu_runner.tasks.task import Task, TaskError
 
 _engines: dict[str, Engine] = {}
 AGENT_KINDS = JobKinds()

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from storage.models import KernelSession
-from tpu_runner.reference_check import files_digest, read_task_files, write_task
-from tpu_runner.tasks import Task, load_task
+from tpu_runner.tasks.reference_check import files_digest, read_task_files, write_task
+from tpu_runner.tasks.task import Task, load_task
 
 
 def carried_files(task: Task) -> dict[str, str] | None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from agents.subagents import TaskContext
 from storage.settings import Settings
-from tpu_runner.hardware import ChipSpec
-from tpu_runner.reference_data import production_configurations
-from tpu_runner.tasks import Task
+from tpu_runner.hardware.targets import ChipSpec
+from tpu_runner.reference.store import production_configurations
+from tpu_runner.tasks.task import Task
 
 
 def task_context(task: Task, chip: ChipSpec, settings: Settings) -> TaskContext:

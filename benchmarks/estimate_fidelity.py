@@ -2,7 +2,7 @@
 
 For each task of the measured suite (`benchmarks/measured/`, XLA's device time on TPU v6e beside each task), the
 reference is compiled for v6e exactly as an evaluation does it (libtpu, static profile, the HLO summary) and its
-time is estimated by the evaluator's model (`tpu_runner.timing_model`). Printed: the estimate against the
+time is estimated by the evaluator's model (`tpu_runner.timing.model`). Printed: the estimate against the
 measurement and their ratio per workload, then a summary over all and by operation class: the share within
 0.8-1.25x, the geometric mean ratio, the worst cases. The same run prints the previous model's figures (the
 whole program's static cycles against its bytes at bandwidth, no calibration) as the baseline.
@@ -33,11 +33,11 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from storage.settings import load_settings  # noqa: E402
-from tpu_runner.compile_service import CompileAnswer, compile_service  # noqa: E402
-from tpu_runner.hardware import get_chip  # noqa: E402
-from tpu_runner.reference_data import reference_store  # noqa: E402
-from tpu_runner.tasks import load_task  # noqa: E402
-from tpu_runner.timing_model import programs_time, static_profile_time  # noqa: E402
+from tpu_runner.compiler.service import CompileAnswer, compile_service  # noqa: E402
+from tpu_runner.hardware.targets import get_chip  # noqa: E402
+from tpu_runner.reference.store import reference_store  # noqa: E402
+from tpu_runner.tasks.task import load_task  # noqa: E402
+from tpu_runner.timing.model import programs_time, static_profile_time  # noqa: E402
 
 SUITE = Path(__file__).resolve().parent / "measured"
 WITHIN = (0.8, 1.25)
@@ -188,8 +188,8 @@ def _export(fn, shapes: list[tuple[int, ...]], chip, workdir: Path, name: str):
     import jax
     import jax.numpy as jnp
 
-    from tpu_runner.child import target_context
-    from tpu_runner.traffic import pallas_traffic
+    from tpu_runner.analysis.traffic import pallas_traffic
+    from tpu_runner.candidate.child import target_context
 
     args = [jax.ShapeDtypeStruct(s, jnp.bfloat16) for s in shapes]
     with target_context(chip, False):
@@ -204,7 +204,7 @@ def pallas_fidelity(as_json: bool) -> None:
     import jax
     import jax.numpy as jnp
 
-    from tpu_runner.performance import grid_steps
+    from tpu_runner.timing.performance import grid_steps
 
     jax.config.update("jax_export_ignore_forward_compatibility", True)
     guide = json.loads(GUIDE.read_text())

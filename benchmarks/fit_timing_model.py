@@ -1,4 +1,4 @@
-"""Fit the timing model's factors (`tpu_runner/calibration.py`) on measured TPU times.
+"""Fit the timing model's factors (`tpu_runner/timing/calibration.py`) on measured TPU times.
 
 Input: the compiler's figures for each measured workload, written by
 `benchmarks/estimate_fidelity.py --dump FILE`. For each (source, operation class) pair that carries time in
@@ -24,9 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tpu_runner import calibration, timing_model  # noqa: E402
-from tpu_runner.compile_service import CompileAnswer  # noqa: E402
-from tpu_runner.hardware import get_chip  # noqa: E402
+from tpu_runner.compiler.service import CompileAnswer  # noqa: E402
+from tpu_runner.hardware.targets import get_chip  # noqa: E402
+from tpu_runner.timing import calibration  # noqa: E402
+from tpu_runner.timing import model as timing_model
 
 GRID = [math.exp(x / 40) for x in range(-60, 61)]  # 0.22x .. 4.5x, 2.5% steps
 PULL = 0.02  # weight of log(factor)^2 against one workload's log ratio^2

@@ -1,6 +1,6 @@
 """A speedup as people read it on every surface (terminal, result card, summaries, digests, App Home): the point
 estimate, how it was obtained and, for an estimate, its likely range - 'x1.04 estimated, likely x0.90-x1.20: no
-clear gain'. The wording is `tpu_runner.band`'s; this only reads it from the plain data the surfaces hold (step
+clear gain'. The wording is `tpu_runner.timing.band`'s; this only reads it from the plain data the surfaces hold (step
 outputs, stored evaluations, summaries). Ranking stays on the point estimate."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from tpu_runner.band import clear_gain, describe_speedup
+from tpu_runner.timing.band import clear_gain, describe_speedup
 
 
 def stored_band(result: dict[str, Any] | None) -> list[float] | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import platformdirs
 
-TARGETS = ("v5e", "v6e", "v5p")  # the TPU generations tpu_runner.hardware knows (a test keeps them in step)
+TARGETS = ("v5e", "v6e", "v5p")  # the TPU generations tpu_runner.hardware.targets knows (a test keeps them in step)
 # TPU_ACCELERATOR_TYPE (set by the TPU runtime on a TPU host, e.g. v5litepod-4, v6e-8) -> the target it is.
 ACCELERATOR_PREFIXES = (("v5litepod", "v5e"), ("v5lite", "v5e"), ("v5e", "v5e"), ("v6e", "v6e"), ("v5p", "v5p"))
 FALLBACK_TARGET = "v6e"  # where the host has no TPU of a known generation
@@ -53,7 +53,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("KERNELBOT_DATABASE_URL", "SQLite at `$KERNELBOT_HOME/kernelbot.db`",
              "e.g. `postgresql://user@host/kernelbot` (psycopg 3)", secret=True),
     Variable("KERNELBOT_JOB_MODULES", "none",
-             "comma-separated modules whose `JOB_KINDS` (a `tpu_runner.job_kinds.JobKinds`) runners also serve"),
+             "comma-separated modules whose `JOB_KINDS` (a `tpu_runner.runner.job_kinds.JobKinds`) runners also serve"),
     Variable("ANTHROPIC_API_KEY", "none", "enables the anthropic brain", secret=True),
     Variable("ANTHROPIC_BASE_URL", "Anthropic's own", "another Messages API base URL (a proxy; the tests' fake)",
              reader="anthropic"),

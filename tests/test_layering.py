@@ -14,6 +14,10 @@ from tests.conftest import REPO
 PACKAGES = ("bot", "agents", "tpu_runner", "storage")
 BELOW = {"storage": set(), "tpu_runner": {"storage"}, "agents": {"tpu_runner", "storage"},
          "bot": {"agents", "tpu_runner", "storage"}}
+# tpu_runner/'s sub-packages, lowest first: each may import only those before it (the evaluator's stages build on
+# the records, the hardware, the sandbox and the task formats; the pipeline, the runner and porting on everything).
+TPU_RUNNER_PARTS = ("reports", "hardware", "sandbox", "tasks", "analysis", "compiler", "checking", "timing",
+                    "reference", "candidate", "evaluation", "runner", "porting")
 # Inside bot/: which surfaces each part may import (modules directly in bot/ are what both surfaces share).
 BOT_PARTS = {"bot.cli": {"bot.cli", "bot.slack", "bot"}, "bot.slack": {"bot.slack", "bot"}, "bot": {"bot"}}
 
@@ -130,6 +134,30 @@ def test_slack_never_imports_the_terminal_and_shared_modules_import_neither() ->
         if bad:
             wrong[module] = bad
     assert not wrong, f"bot/ parts import a surface they stand beside: {wrong}"
+
+
+def _tpu_runner_part(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "tpu_runner" and len(parts) > 1 else None
+
+
+def test_tpu_runner_modules_live_in_its_sub_packages() -> None:
+    flat = sorted(m for m in MODULES if _tpu_runner_part(m) not in (*TPU_RUNNER_PARTS, None))
+    assert not flat, f"tpu_runner modules outside its sub-packages {TPU_RUNNER_PARTS}: {flat}"
+
+
+def test_tpu_runner_sub_packages_import_only_those_below() -> None:
+    rank = {part: i for i, part in enumerate(TPU_RUNNER_PARTS)}
+    wrong = {}
+    for module, targets in _graph().items():
+        part = _tpu_runner_part(module)
+        if part is None:
+            continue
+        upward = sorted(t for t in targets if (_tpu_runner_part(t) or part) in rank
+                        and rank[_tpu_runner_part(t) or part] > rank[part])
+        if upward:
+            wrong[module] = upward
+    assert not wrong, f"tpu_runner sub-packages import ones above them ({' < '.join(TPU_RUNNER_PARTS)}): {wrong}"
 
 
 def test_no_module_imports_itself_through_others() -> None:

@@ -1,4 +1,9 @@
-"""Everything below the agents that runs kernels and tasks: the evaluator (`evaluate` and the sandboxed processes
-it supervises: the candidate's child, the reference's child, the compile servers, speaking `protocol`), the
-generic job daemon a runner runs (`daemon`, with the registry of job kinds in `job_kinds`), the task format
-(`tasks`, `jaxbench`) and porting kernels a team already has into tasks (`porting`)."""
+"""Everything below the agents that runs kernels and tasks, in sub-packages by the evaluator's stages and concerns,
+each importing only those listed before it: `reports` (results, errors, the parent-child protocol), `hardware` (the
+chips), `sandbox` (untrusted code under limits), `tasks` (the task formats), `analysis` (programs read without running
+them), `compiler` (ahead-of-time compiles), `checking` (correctness), `timing` (estimate, measurement, profile),
+`reference` and `candidate` (the two sides of an evaluation), `evaluation` (the pipeline), `runner` (the daemon and
+its job kinds), and `porting` (PyTorch modules made tasks).
+
+Callers import a module by its full path (`tpu_runner.timing.measure`): the packages do not re-export, so importing
+one module never loads JAX or libtpu for the others (the sandboxed children and the CLI start on what they need)."""

@@ -31,7 +31,7 @@ from agents.offline.expr import NotRecognised
 from agents.offline.kernel_family import floor_in
 from agents.offline.positions import causal_mismatch, kept_by_additive, position_value
 from agents.offline.program import Op, Program, Value, itemsize
-from tpu_runner.hardware import ChipSpec
+from tpu_runner.hardware.targets import ChipSpec
 
 MiB = 2**20
 ROLES = ("b", "h", "s", "d")  # the canonical layout every input is read as

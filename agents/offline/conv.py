@@ -42,7 +42,7 @@ from agents.offline.expr import (
 from agents.offline.kernel_family import floor_in
 from agents.offline.program import Op, Program, Value, itemsize
 from agents.offline.tail import TAIL_PRIMS, splits, tail_inputs, wrapper_tail
-from tpu_runner.hardware import ChipSpec
+from tpu_runner.hardware.targets import ChipSpec
 
 MiB = 2**20
 DEFAULT_EPI_ROWS = 16  # a bf16 output's sublane tile

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from tpu_runner.hardware import ChipSpec
+from tpu_runner.hardware.targets import ChipSpec
 
 
 @runtime_checkable

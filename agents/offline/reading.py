@@ -1,8 +1,8 @@
 """The offline brain's reading of a task, done where task code may run: a sandboxed child, never the runner.
 
 A reference pasted in Slack or written by `kernelbot port` is code from a person; the runner holding the
-database credentials must not import it. So a child (`python -m tpu_runner.sandbox_entry LIMITS
-agents.offline.reading`, through `tpu_runner.sandbox.run_one_shot`) traces the reference's programs - at the
+database credentials must not import it. So a child (`python -m tpu_runner.sandbox.entry LIMITS
+agents.offline.reading`, through `tpu_runner.sandbox.process.run_one_shot`) traces the reference's programs - at the
 production shapes and at `get_test_inputs()` - and, for a program that looks like attention, runs it beside a
 plain model of attention on the test inputs. What comes back is data: the programs as JSON (`encode`/`decode`,
 no pickle) and the answer of that comparison. The brain recognises families from the data alone.
@@ -28,8 +28,8 @@ from agents.offline.families import recognise
 from agents.offline.program import Draw, Op, Program, Value, trace
 from agents.offline.tail import TAIL_PRIMS
 from storage.settings import Settings
-from tpu_runner.sandbox import run_one_shot
-from tpu_runner.tasks import (
+from tpu_runner.sandbox.process import run_one_shot
+from tpu_runner.tasks.task import (
     Configuration,
     Task,
     abstract_configurations,
@@ -170,8 +170,8 @@ def _small_configuration(config: Configuration, fn: Any) -> Configuration | None
     an attention-like reference is checked on when the task has no get_test_inputs()."""
     import jax
 
-    from tpu_runner.checkshapes import derived_candidates, free_axes, reference_form
-    from tpu_runner.inputs import Case, case_inputs
+    from tpu_runner.checking.checkshapes import derived_candidates, free_axes, reference_form
+    from tpu_runner.tasks.inputs import Case, case_inputs
 
     try:
         free = free_axes(config, fn, reference_form(config, fn))

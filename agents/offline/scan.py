@@ -30,7 +30,7 @@ import numpy as np
 from agents.offline.expr import FLOAT_DTYPES, FULL, SCALAR, SOURCE_HELPERS, BlockCode, NotRecognised, kind_of
 from agents.offline.kernel_family import floor_in
 from agents.offline.program import Op, Program, Value, itemsize
-from tpu_runner.hardware import ChipSpec
+from tpu_runner.hardware.targets import ChipSpec
 
 MiB = 2**20
 BLOCK_TARGET_BYTES = 2 * MiB  # a streamed block long enough to reach HBM bandwidth, small enough to double-buffer

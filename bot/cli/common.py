@@ -18,8 +18,8 @@ import typer
 from rich.console import Console
 
 from storage.settings import Settings, SettingsError, load_settings
-from tpu_runner.hardware import CHIPS, UnknownTarget
-from tpu_runner.tasks import TaskError
+from tpu_runner.hardware.targets import CHIPS, UnknownTarget
+from tpu_runner.tasks.task import TaskError
 
 console = Console()
 err_console = Console(stderr=True)
@@ -47,9 +47,11 @@ def _friendly(exc: Exception) -> tuple[str, str] | None:
     table: list[tuple[type[Exception] | str, str]] = [
         (TaskError, "check the task directory (reference.py + kernel_task.yaml, or baseline.py); "
                     "`kernelbot tasks` lists valid ones"),
-        ("tpu_runner.evaluate:KernelFileError", "pass the path of a Python file that defines computation(...)"),
-        ("tpu_runner.chip:ChipBusy", "run it again once the TPU is free, or with KERNELBOT_TPU=off to check it in "
-                                     "interpret mode and estimate its time"),
+        ("tpu_runner.evaluation.evaluate:KernelFileError",
+         "pass the path of a Python file that defines computation(...)"),
+        ("tpu_runner.hardware.chip:ChipBusy",
+         "run it again once the TPU is free, or with KERNELBOT_TPU=off to check it in interpret mode and estimate its "
+         "time"),
         (UnknownTarget, f"use --target with one of {', '.join(CHIPS)}"),
         (SettingsError, "fix the environment variable named above"),
         ("storage.migrate:SchemaOutdated", "run `kernelbot db upgrade`"),

@@ -14,7 +14,7 @@ from bot.cli import render
 from bot.cli.common import AsJson, Target, console, err_console, get_settings, run_command
 from bot.cli.progress import Progress
 from bot.task_suites import REPO_TASKS
-from tpu_runner.tasks import TaskError
+from tpu_runner.tasks.task import TaskError
 
 _app = typer.Typer()
 
@@ -33,11 +33,11 @@ def tasks_command(
     """List tasks with shapes, FLOPs, bytes and roofline class on the target chip."""
 
     def run() -> int:
-        from tpu_runner.compile_service import compile_service
-        from tpu_runner.hardware import get_chip
-        from tpu_runner.reference_data import reference_store
-        from tpu_runner.task_info import TaskInfo, task_info
-        from tpu_runner.tasks import Task, discover_tasks, load_task
+        from tpu_runner.compiler.service import compile_service
+        from tpu_runner.evaluation.task_info import TaskInfo, task_info
+        from tpu_runner.hardware.targets import get_chip
+        from tpu_runner.reference.store import reference_store
+        from tpu_runner.tasks.task import Task, discover_tasks, load_task
 
         settings = get_settings()
         settings.ensure_dirs()
@@ -107,7 +107,7 @@ def eval_command(
     """Evaluate one candidate kernel: static, lower, compile, correctness, performance, profile."""
 
     def run() -> int:
-        from tpu_runner.evaluate import EvalRequest, evaluate
+        from tpu_runner.evaluation.evaluate import EvalRequest, evaluate
 
         settings = get_settings()
         request = EvalRequest(task, kernel, target or settings.default_target, allow_pure_jax)

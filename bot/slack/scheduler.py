@@ -34,7 +34,7 @@ from bot.slack.outbound.digest import last_scheduled_end, period_start, record_d
 from bot.slack.visibility import ChannelDirectory, audience
 from storage import digests, schedules
 from storage.settings import Settings
-from tpu_runner.tasks import load_task
+from tpu_runner.tasks.task import load_task
 
 log = logging.getLogger("kernelbot.scheduler")
 SYNC_SECONDS = 15.0  # how often the schedules table is re-read

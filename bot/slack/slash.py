@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from agents.search_decide import SEARCH_STRATEGIES
 from bot.slack.thread_replies import REDIRECT_KEYWORD
-from tpu_runner.hardware import CHIPS
+from tpu_runner.hardware.targets import CHIPS
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from storage.migrate import upgrade
 from storage.models import Decision
 from storage.settings import Settings
 from tests.conftest import TASKS
-from tpu_runner.evaluate import EvalRequest, evaluate
+from tpu_runner.evaluation.evaluate import EvalRequest, evaluate
 
 PLAN = "\n".join(f"## {s.title()}\n{s}: details" for s in PLAN_SECTIONS)
 GOOD = (TASKS / "softmax/solutions/pallas.py").read_text()

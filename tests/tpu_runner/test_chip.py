@@ -19,13 +19,13 @@ import pytest
 from bot.cli.checks.chip import chip_verdict
 from bot.cli.checks.compile import check_compile
 from storage.settings import EvalLimits, host_target, load_settings, target_of_accelerator
-from tpu_runner import chip
-from tpu_runner.band import band_text, measured_band
-from tpu_runner.evaluate import headline
-from tpu_runner.hardware import get_chip
-from tpu_runner.libtpu import FAST_FORWARD_FLAG, STATIC_PROFILE_FLAG, knows_flag
-from tpu_runner.measure import device_ops, per_call_durations
-from tpu_runner.sandbox import child_environment, import_path, run_child
+from tpu_runner.evaluation.evaluate import headline
+from tpu_runner.hardware import chip
+from tpu_runner.hardware.libtpu import FAST_FORWARD_FLAG, STATIC_PROFILE_FLAG, knows_flag
+from tpu_runner.hardware.targets import get_chip
+from tpu_runner.sandbox.process import child_environment, import_path, run_child
+from tpu_runner.timing.band import band_text, measured_band
+from tpu_runner.timing.measure import device_ops, per_call_durations
 
 # The TPU runtime's variables as a v5e host sets them.
 HOST_TPU_ENV = {"TPU_ACCELERATOR_TYPE": "v5litepod-4", "TPU_CHIPS_PER_HOST_BOUNDS": "2,2,1", "TPU_HOST_BOUNDS": "1,1,1",
@@ -58,7 +58,7 @@ def test_the_chip_has_one_holder_at_a_time_and_the_lock_goes_with_its_process(tm
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(Path(chip.__file__).parent.parent)!r})
-        from tpu_runner import chip
+        from tpu_runner.hardware import chip
         fd = chip.try_hold(__import__("pathlib").Path({str(lock)!r}))
         print("held" if fd is not None else "busy", flush=True)
         time.sleep(60)
@@ -83,7 +83,7 @@ def test_a_busy_chip_is_said_with_who_holds_it_and_what_to_do() -> None:
     assert "another user" in chip.busy_message([])
     assert chip.holders() == []  # no process holds a TPU device file here
     verdict = chip_verdict(get_chip("v5e"), returncode=0, stdout="kernelbot-doctor-chip: " + json.dumps(
-        {"busy": "kernelbot", "holders": ["pid 7 (python -m tpu_runner.sandbox_entry ...)"]}), stderr="", timeout=1)
+        {"busy": "kernelbot", "holders": ["pid 7 (python -m tpu_runner.sandbox.entry ...)"]}), stderr="", timeout=1)
     assert verdict.status == "warn" and "pid 7" in verdict.detail and not verdict.needed
 
 

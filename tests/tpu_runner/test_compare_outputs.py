@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tpu_runner.compare import Comparison, compare_outputs
-from tpu_runner.correctness import CandidateFailed, check_configuration
-from tpu_runner.inputs import EVALUATOR_CASES, case_inputs
-from tpu_runner.tasks import ArgSpec, Configuration
+from tpu_runner.checking.compare import Comparison, compare_outputs
+from tpu_runner.checking.correctness import CandidateFailed, check_configuration
+from tpu_runner.tasks.inputs import EVALUATOR_CASES, case_inputs
+from tpu_runner.tasks.task import ArgSpec, Configuration
 
 
 def _f32(values) -> np.ndarray:

@@ -16,8 +16,8 @@ from storage.models import Job, KernelSession, SessionEvent
 from storage.runners import register_runner
 from storage.settings import load_settings
 from tests.support.job_kinds import JOB_KINDS as TEST_KINDS
-from tpu_runner.daemon import RunnerConfig, RunnerDaemon
-from tpu_runner.job_kinds import (
+from tpu_runner.runner.daemon import RunnerConfig, RunnerDaemon
+from tpu_runner.runner.job_kinds import (
     EVALUATION_KINDS,
     JobContext,
     JobRejected,

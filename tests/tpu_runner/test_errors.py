@@ -3,9 +3,9 @@ was raised; memory the checking machine ran out of is not the kernel's fault."""
 
 from __future__ import annotations
 
-from tpu_runner.errors import from_exception
-from tpu_runner.evaluate import checker_ran_out
-from tpu_runner.result import EvalError
+from tpu_runner.evaluation.evaluate import checker_ran_out
+from tpu_runner.reports.errors import from_exception
+from tpu_runner.reports.result import EvalError
 
 
 def _allocate() -> None:

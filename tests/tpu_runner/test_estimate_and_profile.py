@@ -7,8 +7,11 @@ from dataclasses import asdict, replace
 
 import pytest
 
-from tpu_runner.errors import candidate_line, classify_text, from_exception
-from tpu_runner.estimate import (
+from tpu_runner.analysis.traffic import PallasCallTraffic, TrafficReport
+from tpu_runner.hardware.targets import CHIPS, UnknownTarget, chip_for_device_kind, get_chip, roofline
+from tpu_runner.reports.errors import candidate_line, classify_text, from_exception
+from tpu_runner.timing.profile import DEFAULT_SCOPED_VMEM, hints, kernel_facts, summarise
+from tpu_runner.timing.roofline import (
     PHYSICS_MARGIN,
     TimeEstimate,
     candidate_hbm_bytes,
@@ -16,9 +19,6 @@ from tpu_runner.estimate import (
     performance_flags,
     traffic_flags,
 )
-from tpu_runner.hardware import CHIPS, UnknownTarget, chip_for_device_kind, get_chip, roofline
-from tpu_runner.profile import DEFAULT_SCOPED_VMEM, hints, kernel_facts, summarise
-from tpu_runner.traffic import PallasCallTraffic, TrafficReport
 
 MIB = 2**20
 V6E = CHIPS["v6e"]

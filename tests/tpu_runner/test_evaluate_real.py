@@ -14,9 +14,9 @@ import pytest
 
 from storage.settings import Settings
 from tests.conftest import CORPUS, TASKS
-from tpu_runner.evaluate import EvalRequest, evaluate, evaluate_many
-from tpu_runner.result import EvalResult
-from tpu_runner.spares import SparePool
+from tpu_runner.candidate.spares import SparePool
+from tpu_runner.evaluation.evaluate import EvalRequest, evaluate, evaluate_many
+from tpu_runner.reports.result import EvalResult
 
 REAL = {
     "flash_attention_causal": "causal_attention",

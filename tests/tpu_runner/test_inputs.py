@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tpu_runner.inputs import EVALUATOR_CASES, LARGE_SCALE, Case, case_inputs
-from tpu_runner.tasks import (
+from tpu_runner.tasks.inputs import EVALUATOR_CASES, LARGE_SCALE, Case, case_inputs
+from tpu_runner.tasks.task import (
     ArgSpec,
     Configuration,
     abstract_configurations,

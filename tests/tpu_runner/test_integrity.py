@@ -6,7 +6,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from tpu_runner import integrity, measure
+from tpu_runner.sandbox import integrity
+from tpu_runner.timing import measure
 
 
 def test_a_replaced_or_recoded_function_is_named_and_a_restored_one_is_not() -> None:
@@ -21,7 +22,7 @@ def test_a_replaced_or_recoded_function_is_named_and_a_restored_one_is_not() -> 
         jnp.asarray = lambda x, *a, **k: x
         measure.measure_pair.__code__ = (lambda *a, **k: None).__code__  # the timing loop emptied in place
         assert integrity.changes_since(snapshot) == ["jax.numpy.asarray", "numpy.save",
-                                                     "tpu_runner.measure.measure_pair"]
+                                                     "tpu_runner.timing.measure.measure_pair"]
         del jax.profiler.stop_trace  # a removed function counts too
         assert "jax.profiler.stop_trace" in integrity.changes_since(snapshot)
     finally:

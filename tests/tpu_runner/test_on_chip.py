@@ -18,12 +18,12 @@ from bot.cli.checks.chip import check_chip
 from bot.cli.checks.compile import check_compile
 from storage.settings import Settings, load_settings
 from tests.conftest import HOST_TPU, TASKS
-from tpu_runner import chip as host_chip
-from tpu_runner import sandbox
-from tpu_runner.chip import ChipBusy
-from tpu_runner.daemon import RunnerConfig, RunnerDaemon, describe_host
-from tpu_runner.evaluate import EvalRequest, evaluate
-from tpu_runner.hardware import get_chip
+from tpu_runner.evaluation.evaluate import EvalRequest, evaluate
+from tpu_runner.hardware import chip as host_chip
+from tpu_runner.hardware.chip import ChipBusy
+from tpu_runner.hardware.targets import get_chip
+from tpu_runner.runner.daemon import RunnerConfig, RunnerDaemon, describe_host
+from tpu_runner.sandbox import process as sandbox
 
 pytestmark = pytest.mark.tpu
 SOFTMAX = TASKS / "softmax"
@@ -153,7 +153,8 @@ def test_a_child_that_aborts_on_the_chip_is_reported_and_the_next_one_runs(chip_
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             running = {proc.pid for proc in list(sandbox._running)}
-            on_chip = [h.pid for h in host_chip.holders() if h.pid in running and "tpu_runner.child" in h.command]
+            on_chip = [h.pid for h in host_chip.holders()
+                       if h.pid in running and "tpu_runner.candidate.child" in h.command]
             if on_chip:
                 os.kill(on_chip[0], signal.SIGABRT)
                 aborted.append(on_chip[0])

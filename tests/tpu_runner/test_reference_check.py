@@ -11,8 +11,14 @@ from pathlib import Path
 import pytest
 
 from storage.settings import Settings, load_settings
-from tpu_runner.reference_check import add_checked_task, check_reference, files_digest, read_task_files, write_task
-from tpu_runner.tasks import TaskError, load_task
+from tpu_runner.tasks.reference_check import (
+    add_checked_task,
+    check_reference,
+    files_digest,
+    read_task_files,
+    write_task,
+)
+from tpu_runner.tasks.task import TaskError, load_task
 
 GOOD = '''\
 """Scaled tanh and row sums, two configurations."""

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from storage.settings import EvalLimits, Settings
-from tpu_runner.reference_check import AddedTask, add_checked_task
-from tpu_runner.sandbox import ChildOutcome, run_one_shot
-from tpu_runner.tasks import TaskError
+from tpu_runner.sandbox.process import ChildOutcome, run_one_shot
+from tpu_runner.tasks.reference_check import AddedTask, add_checked_task
+from tpu_runner.tasks.task import TaskError
 
 PORT_SECONDS = 300
 PORT_MEMORY_MIB = 8192

@@ -19,8 +19,8 @@ from bot.slack.channel_access import ChannelUnavailable
 from bot.slack.kernel_commands import KernelCommands, OpenView
 from bot.slack.listener_context import BotContext
 from bot.slack.slash import Command, UsageError, parse
-from tpu_runner.hardware import UnknownTarget
-from tpu_runner.tasks import TaskError
+from tpu_runner.hardware.targets import UnknownTarget
+from tpu_runner.tasks.task import TaskError
 
 log = logging.getLogger("kernelbot.slack")
 PEOPLES_ERRORS = (UsageError, TaskError, UnknownTarget, SearchError, DecisionRejected, ChannelUnavailable,

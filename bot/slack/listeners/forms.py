@@ -12,7 +12,7 @@ from slack_bolt import Ack
 
 from bot.slack.listener_context import BotContext
 from bot.task_suites import suite_tasks
-from tpu_runner.reference_check import read_task_files
+from tpu_runner.tasks.reference_check import read_task_files
 
 
 def saved_task_files(ctx: BotContext, name: str) -> dict[str, str] | None:

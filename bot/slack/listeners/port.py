@@ -50,8 +50,8 @@ from bot.slack.views.port_form import (
     torch_reference_refused,
 )
 from tpu_runner.porting import PortError, PortResult, PortUnavailable
-from tpu_runner.reference_check import read_task_files
-from tpu_runner.tasks import TaskError, load_task
+from tpu_runner.tasks.reference_check import read_task_files
+from tpu_runner.tasks.task import TaskError, load_task
 
 log = logging.getLogger("kernelbot.slack")
 ITERATIONS = 5

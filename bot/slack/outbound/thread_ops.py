@@ -156,7 +156,7 @@ class EventView:
     code: str | None = None  # a kernel just evaluated (HITL), or one a cancelled session never evaluated
     diff: str | None = None  # ... against the kernel before it
     chart: bytes | None = None  # the profile chart of the card's evaluation
-    trace: bytes | None = None  # a profile as a Chrome trace (`tpu_runner.trace_export`): `code`'s, or Auto's best's
+    trace: bytes | None = None  # a profile as a Chrome trace (`timing.trace_export`): `code`'s, or Auto's best's
     kernel: str | None = None  # the best kernel, for a summary
     progress: Progress = field(default_factory=Progress)
 

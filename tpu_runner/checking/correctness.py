@@ -1,0 +1,258 @@
+"""Stage 4: run candidate and reference on evaluator-owned inputs and judge every output leaf.
+
+Three steps, each of which the evaluator runs in a different process:
+- `run_candidate_case` (the candidate's sandboxed child): on a CPU host in Pallas TPU interpret mode with
+  uninitialised memory as NaN and out-of-bounds reads raising; freshly built arrays for every call, inputs
+  compared with copies afterwards, the first case run twice for determinism.
+- `run_reference_case` (a child that never imports the candidate): the reference as XLA computes it on the
+  target (`numerics.as_on_tpu`) and in float64, the truth that widens the tolerance by the reference's own error.
+- `judge_case` (the evaluator's process, numpy only): the outputs compared, case by case, in order.
+`check_configuration` runs all three in one process, for tests and tools that trust both functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+from tpu_runner.checking.arrays import OutputSet
+from tpu_runner.checking.compare import (
+    Comparison,
+    all_finite,
+    as_output_set,
+    bitwise_equal,
+    compare_outputs,
+    floating,
+    output_scale,
+    same_bytes,
+    within_sensitivity,
+)
+from tpu_runner.checking.numerics import in_float64
+from tpu_runner.reports.errors import from_exception, interpreter_limitation
+from tpu_runner.reports.result import CorrectnessCase, EvalError
+from tpu_runner.tasks.inputs import EVALUATOR_CASES, Case, case_inputs
+from tpu_runner.tasks.task import Configuration, TaskError
+
+INTERPRETER_LIMIT = "interpret_unsupported"  # the simulator, not the kernel, failed: correctness not checkable here
+
+
+class CandidateFailed(Exception):
+    def __init__(self, error: EvalError):
+        super().__init__(error.detail)
+        self.error = error
+
+
+@contextlib.contextmanager
+def interpret_mode(enabled: bool) -> Iterator[None]:
+    if not enabled:
+        yield
+        return
+    from jax.experimental.pallas import tpu as pltpu
+
+    params = pltpu.InterpretParams(uninitialized_memory="nan", out_of_bounds_reads="raise")
+    try:
+        with pltpu.force_tpu_interpret_mode(params):
+            yield
+    finally:
+        pltpu.reset_tpu_interpret_mode_state()
+
+
+def _fresh(host_inputs: list[np.ndarray], static: tuple[Any, ...]) -> list[Any]:
+    return [jax.numpy.asarray(np.array(x)) for x in host_inputs] + list(static)
+
+
+@dataclass
+class CandidateRun:
+    case: Case
+    outputs: OutputSet | None = None
+    again: OutputSet | None = None  # a second run on the same inputs (the first case only)
+    error: EvalError | None = None  # the call raised, or it changed or donated its inputs
+
+
+@dataclass
+class ReferenceRun:
+    case: Case
+    expected: OutputSet
+    truth: OutputSet | None  # float64, None where the reference cannot run that way or it is made `later`
+    # float64 on inputs rounded once more at their precision (the task's sensitivity): asked for only when an
+    # elementwise comparison fails, since it costs another float64 run of the reference
+    perturbed: Callable[[], OutputSet | None] | None = None
+    # the truth, where it was not made with the outputs (large dots at production shapes): made when first asked
+    later: Callable[[], OutputSet | None] | None = None
+
+    def float64(self) -> OutputSet | None:
+        """The float64 truth, made now if it is made only when needed."""
+        if self.truth is None and self.later is not None:
+            self.truth, self.later = self.later(), None
+        return self.truth
+
+
+def run_candidate_case(*, label: str, config: Configuration, candidate: Callable[..., Any], case: Case,
+                       interpret: bool, candidate_path: str, twice: bool,
+                       host: list[np.ndarray] | None = None) -> CandidateRun | None:
+    """The candidate's outputs on one case (None when the case does not apply to this configuration); `host`, the
+    case's inputs when drawn already."""
+    host = host if host is not None else case_inputs(config, case)
+    if host is None:
+        return None
+    fn = jax.jit(candidate, static_argnums=config.static_argnums)
+    args = _fresh(host, config.static)
+    try:
+        with interpret_mode(interpret):
+            got = as_output_set(jax.block_until_ready(fn(*args)))
+            again = as_output_set(jax.block_until_ready(fn(*_fresh(host, config.static)))) if twice else None
+    except Exception as exc:
+        limit = interpreter_limitation(exc) if interpret else None
+        if limit is not None:
+            return CandidateRun(case, error=EvalError(INTERPRETER_LIMIT, f"{label}: {limit}", None, "correctness"))
+        error = from_exception(exc, stage="correctness", candidate_path=candidate_path, default_kind="runtime_error")
+        return CandidateRun(case, error=EvalError(error.kind, f"{label}: {error.detail}", error.line, "correctness"))
+    for k, (arg, original) in enumerate(zip(args, host, strict=False)):
+        if arg.is_deleted():
+            return CandidateRun(case, error=EvalError("input_donated", f"{label}: input {k} was donated/deleted by "
+                                                      "the candidate; inputs must be left untouched"))
+        if not same_bytes(np.asarray(arg), original):  # a -0.0 written over a 0.0 is a change too
+            return CandidateRun(case, error=EvalError("input_mutated", f"{label}: input {k} changed during the call"))
+    return CandidateRun(case, outputs=got, again=again)
+
+
+# Unit roundoff of each floating dtype: how far one rounding at that precision can move a value, relatively.
+UNIT_ROUNDOFF = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11, "float32": 2.0 ** -24, "float64": 2.0 ** -53}
+
+
+def _perturbed(host: list[np.ndarray], seed: int) -> list[np.ndarray]:
+    """Each floating input moved by one unit roundoff of its dtype, with a random sign per element."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for x in host:
+        if floating(np.asarray(x).dtype):
+            u = UNIT_ROUNDOFF.get(np.asarray(x).dtype.name, 2.0 ** -24)
+            wide = np.asarray(x).astype(np.float64)
+            out.append(wide * (1.0 + u * rng.choice((-1.0, 1.0), size=wide.shape)))
+        else:
+            out.append(x)
+    return out
+
+
+def _float64_truth(reference: Callable[..., Any], host: list[np.ndarray], config: Configuration) -> OutputSet | None:
+    """The reference evaluated in float64 on the same inputs, or None where it cannot run that way."""
+    try:
+        out = as_output_set(in_float64(reference, config.static, [np.asarray(x) for x in host]))
+    except Exception:  # noqa: BLE001 - a reference that cannot run in float64 simply has no truth
+        return None
+    return OutputSet(out.tree, tuple(np.asarray(x, np.float64) if np.asarray(x).dtype.kind == "f" else x
+                                     for x in out.leaves))
+
+
+def run_reference_case(*, config: Configuration, reference: Callable[..., Any], case: Case,
+                       as_target: Callable[..., Any] | None = None, truth: bool = True,
+                       host: list[np.ndarray] | None = None) -> ReferenceRun | None:
+    """The reference's outputs on one case: as the target computes (`as_target`, the dynamic arguments only)
+    when given, else as written on this process's default device (a TPU's own numerics on a TPU); and, with
+    `truth`, the float64 truth (on this process's default device: the reference's child on a TPU makes it on the
+    CPU itself, `case_truth`, a TPU having no float64). `host`: the case's inputs, when drawn already."""
+    host = host if host is not None else case_inputs(config, case)
+    if host is None:
+        return None
+    if as_target is not None:
+        expected = as_output_set(jax.block_until_ready(as_target(*_fresh(host, ()))))
+    else:
+        fn = jax.jit(reference, static_argnums=config.static_argnums)
+        expected = as_output_set(jax.block_until_ready(fn(*_fresh(host, config.static))))
+    wide = None
+    if truth:
+        wide = _float64_truth(reference, host, config)
+    return ReferenceRun(case, expected, wide, lambda: perturbed_truth(config=config, reference=reference, case=case))
+
+
+def case_truth(*, config: Configuration, reference: Callable[..., Any], case: Case) -> OutputSet | None:
+    """The reference in float64 on the case's own inputs (None where the case does not apply or it cannot run so)."""
+    host = case_inputs(config, case)
+    return None if host is None else _float64_truth(reference, host, config)
+
+
+def perturbed_truth(*, config: Configuration, reference: Callable[..., Any], case: Case) -> OutputSet | None:
+    """The reference in float64 on the case's inputs moved by one unit roundoff of their dtypes."""
+    host = case_inputs(config, case)
+    return None if host is None else _float64_truth(reference, _perturbed(host, case.seed + 1), config)
+
+
+@dataclass
+class Judge:
+    """Judges the cases of one configuration in order; remembers the scale of the first case's outputs."""
+
+    name: str
+    config: Configuration
+    atol: float
+    rtol: float
+    baseline_scale: float | None = None
+
+    def case(self, cand: CandidateRun, ref: ReferenceRun) -> CorrectnessCase:
+        label = f"{self.name}/{cand.case.name}"
+        if not all_finite(ref.expected):
+            if cand.case.distribution == "task":
+                raise TaskError(f"the reference produces NaN or inf on the task's own inputs "
+                                f"({self.config.describe()}); fix reference.py or its inputs before evaluating "
+                                "kernels against it")
+            return CorrectnessCase(label, "skipped", note="the reference is not finite on these inputs")
+        if cand.error is not None and cand.error.kind == INTERPRETER_LIMIT:
+            return CorrectnessCase(label, "skipped", note=cand.error.detail)
+        if cand.error is not None:
+            raise CandidateFailed(cand.error)
+        assert cand.outputs is not None
+        # atol is set for the task's own input scale; scaled inputs (the "large" case) scale it with the output,
+        # so an honest kernel's different summation order is not called wrong on a 4096x larger matmul.
+        scale = output_scale(ref.expected)
+        self.baseline_scale = self.baseline_scale or scale
+        atol = self.atol * max(1.0, scale / self.baseline_scale) if self.baseline_scale else self.atol
+        comparison = compare_outputs(cand.outputs, ref.expected, atol, self.rtol)
+        near_miss = not comparison.ok and comparison.error is not None and comparison.error.kind == "mismatch"
+        truth = ref.float64() if near_miss else None  # made only now where it is made only when needed
+        if truth is not None:
+            comparison = compare_outputs(cand.outputs, ref.expected, atol, self.rtol, truth)
+        note = ""
+        perturbed = None
+        if not comparison.ok and comparison.error and comparison.error.kind == "mismatch" and truth is not None \
+                and ref.perturbed is not None:
+            perturbed = ref.perturbed()
+        if perturbed is not None and truth is not None and cand.outputs is not None:
+            sensitive, note = within_sensitivity(cand.outputs, truth, perturbed)
+            if sensitive:
+                comparison = Comparison(True, comparison.max_abs_err, comparison.max_rel_err)
+        if not comparison.ok:
+            assert comparison.error is not None
+            err = comparison.error
+            raise CandidateFailed(EvalError(err.kind, f"{label} (inputs: {self.config.describe()}): {err.detail}"))
+        if cand.again is not None and not bitwise_equal(cand.outputs, cand.again):
+            raise CandidateFailed(EvalError("nondeterministic", f"{label}: two runs on the same inputs differ"))
+        if atol != self.atol:
+            note = "; ".join(filter(None, [f"atol scaled to {atol:.3g} with the output", note]))
+        return CorrectnessCase(label, "passed", comparison.max_abs_err, comparison.max_rel_err, note)
+
+
+def check_configuration(
+    *, name: str, config: Configuration, reference: Callable[..., Any], candidate: Callable[..., Any],
+    atol: float, rtol: float, interpret: bool, candidate_path: str, cases: tuple[Case, ...] = EVALUATOR_CASES,
+) -> list[CorrectnessCase]:
+    """Check one configuration in this process; raise CandidateFailed at the first failing case."""
+    judge = Judge(name, config, atol, rtol)
+    results: list[CorrectnessCase] = []
+    twice = True
+    for case in cases:
+        ref = run_reference_case(config=config, reference=reference, case=case)
+        if ref is None:
+            continue
+        if not all_finite(ref.expected):
+            results.append(judge.case(CandidateRun(case), ref))
+            continue
+        cand = run_candidate_case(label=f"{name}/{case.name}", config=config, candidate=candidate, case=case,
+                                  interpret=interpret, candidate_path=candidate_path, twice=twice)
+        assert cand is not None
+        twice = False
+        results.append(judge.case(cand, ref))
+    return results

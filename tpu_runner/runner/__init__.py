@@ -1,0 +1,2 @@
+"""The TPU runner daemon (`daemon`: claims jobs, runs them, heartbeats, records results) and the job kinds it serves
+(`job_kinds`)."""
