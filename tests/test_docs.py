@@ -132,7 +132,7 @@ def test_every_verdict_is_explained() -> None:
 def _error_kinds() -> set[str]:
     """Every error kind the evaluator's source names."""
     kinds = {kind for kind, _ in _PATTERNS}
-    for source in (REPO / "tpu_runner").glob("*.py"):
+    for source in (REPO / "tpu_runner").rglob("*.py"):
         text = source.read_text()
         for pattern in (r"_violation\(\"([a-z_]+)\"", r"EvalError\(\s*(?:kind=)?\"([a-z_]+)\"",
                         r"default_kind=\"([a-z_]+)\"", r"self\.fail\(\"[a-z]+\", exc, \"([a-z_]+)\"\)",
