@@ -5,7 +5,7 @@ is (a matmul or convolution fusion, a reduction, an elementwise loop, a copy or 
 the HBM bytes it reads and writes (buffers in VMEM, marked `S(1)` in their layout, are not HBM traffic), its
 FLOPs where they follow from shapes (dots and convolutions), and the compiler's own cycle estimate for it (the
 `estimated_cycles` XLA:TPU's tiling cost model records in the instruction's backend config). The time model
-(`timing_model`) is built on these, so it never needs the candidate's word about its own cost.
+(`timing.model`) is built on these, so it never needs the candidate's word about its own cost.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The candidate's sandboxed process: `python -m tpu_runner.candidate.child REQUEST.json` (through sandbox_entry).
+"""The candidate's sandboxed process: `python -m tpu_runner.candidate.child REQUEST.json` (through `sandbox.entry`).
 
 Imports the candidate (and, for shapes only, the task's reference), then for every production configuration
 traces it for the TPU target, applies the policy checks the traced program shows (kernels, callbacks,

@@ -1,10 +1,10 @@
 """The evaluation pipeline, parent side: the static check here, everything else in processes it supervises.
 
-- the reference's child (`reference_run`, cached by `reference_data`): the task's production shapes, its
+- the reference's child (`reference.child`, cached by `reference.store`): the task's production shapes, its
   exported programs and its outputs on evaluator-owned inputs; it never sees the candidate;
-- the candidate's child (`child`, run from here by `candidate_process`): traces, checks and exports the
+- the candidate's child (`candidate.child`, run from here by `candidate.process`): traces, checks and exports the
   candidate, runs it at the check shapes and saves the outputs; it can write only its own work directory;
-- the compile servers (`compile_service`): compile both programs for the target with libtpu and its static
+- the compile servers (`compiler.service`): compile both programs for the target with libtpu and its static
   profiler, apart from each other, so a profiler abort costs the estimate its cycles, never the verdict.
 This process compares the outputs (numpy only), builds the estimate from the compilers' answers and gives the
 verdict. It never imports candidate or task code.

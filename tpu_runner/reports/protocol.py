@@ -54,7 +54,7 @@ def _build(cls: type[T], data: dict[str, Any]) -> T:
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """The limits `sandbox_entry` applies before anything else runs: its first argument, as JSON."""
+    """The limits `sandbox.entry` applies before anything else runs: its first argument, as JSON."""
 
     cpu_seconds: int
     file_bytes: int

@@ -210,7 +210,7 @@ class SandboxProcess:
             reads: Reads | None = None) -> ChildOutcome:
         """Hand the child its arguments and supervise it until it ends, a limit stops it or `should_stop` says so.
 
-        The child may write only beneath its scratch directory and `writable` (Landlock, see sandbox_entry); with
+        The child may write only beneath its scratch directory and `writable` (Landlock, see `entry`); with
         `reads` (a child running untrusted code), read only what they allow besides those.
         With a gate, stdin stays open: when the child writes the gate's file, the gate's answer (one line) is
         sent back and the child goes on or stops."""

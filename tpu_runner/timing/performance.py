@@ -5,7 +5,7 @@ chart read. Everything they use was produced where the candidate never ran - the
 except the kernels' traffic, which is computed from the candidate's grid and BlockSpecs, and the times measured
 in the candidate's process on a device.
 
-The estimate is the same model for candidate and reference (`timing_model`: op by op, calibrated on measured
+The estimate is the same model for candidate and reference (`timing.model`: op by op, calibrated on measured
 TPU times), with the likely range of the speedup it implies (`band`).
 """
 

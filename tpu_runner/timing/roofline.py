@@ -1,7 +1,7 @@
 """Stage 5 without hardware: the bytes a candidate moves, and the flags a time earns against the roofline.
 
 A Pallas candidate's bytes come from its grid and BlockSpecs (`traffic.py`), plus whatever XLA code surrounds
-its kernels - never from the candidate's own CostEstimate. The time itself is `timing_model`'s; `estimate` is
+its kernels - never from the candidate's own CostEstimate. The time itself is `model`'s; `estimate` here is
 the whole-program model before it (static cycles / clock against HBM bytes / bandwidth), kept as the baseline
 `benchmarks/estimate_fidelity.py` compares against.
 """
