@@ -16,6 +16,7 @@ runs behind docs/tpu-host.md's figures is benchmarks/on_chip_v5e.jsonl.
 
     .venv/bin/python benchmarks/on_chip.py [--suite measured --suite tasks] [--only NAME,NAME] [--workers 4]
                                            [--batch 4] [--json FILE] [--log FILE.jsonl [--resume]]
+                                           [--time-budget SECONDS]
 """
 
 from __future__ import annotations
@@ -132,10 +133,15 @@ def logged(log: Path | None, suite: str) -> dict[str, dict]:
     return {e["task"]: {k: v for k, v in e.items() if k != "suite"} for e in entries if e.get("suite") == suite}
 
 
-def run_suite(name: str, suite: Path, only: list[str], chip: ChipSpec, settings: Settings, root: Path,
-              workers: int, batch: int, log: Path | None = None, resume: bool = False) -> list[dict]:
+def suite_tasks(suite: Path, only: list[str]) -> list[Path]:
     every = [d for d in sorted(suite.iterdir()) if (d / "kernel_task.yaml").is_file() or (d / "baseline.py").is_file()]
-    every = [d for d in every if not only or d.name in only]
+    return [d for d in every if not only or d.name in only]
+
+
+def run_suite(name: str, suite: Path, only: list[str], chip: ChipSpec, settings: Settings, root: Path,
+              workers: int, batch: int, log: Path | None = None, resume: bool = False,
+              deadline: float = math.inf) -> list[dict]:
+    every = suite_tasks(suite, only)
     out = root / f"kernels-{name}"
     out.mkdir(parents=True)
     t0 = time.perf_counter()
@@ -160,7 +166,13 @@ def run_suite(name: str, suite: Path, only: list[str], chip: ChipSpec, settings:
             with log.open("a") as f:
                 f.write(json.dumps({"suite": name, **e}, default=str) + "\n")
 
+    longest = 0.0  # the longest batch so far: the next one starts only if one as long ends before the deadline
     for first in range(0, len(todo), batch):
+        if time.monotonic() + longest > deadline:
+            print(f"{name}: {len(todo) - first} kernels left for a later run (--resume): the time budget is spent",
+                  flush=True)
+            break
+        started = time.monotonic()
         part = todo[first:first + batch]
         requests = [EvalRequest(d, written[d][0], chip.name) for d in part]
         t1 = time.perf_counter()
@@ -170,8 +182,10 @@ def run_suite(name: str, suite: Path, only: list[str], chip: ChipSpec, settings:
         print(f"{name}: the reference's outputs at production shapes for {len(requests)} tasks computed on the chip "
               f"in {time.perf_counter() - t1:.0f} s{f' ({len(failed)} failed)' if failed else ''}", flush=True)
         evaluate_many(requests, settings, workers=workers, on_done=done, described=True)
+        longest = max(longest, time.monotonic() - started)
     print(f"{name}: evaluated {len(todo)} kernels in {time.perf_counter() - t0:.0f} s", flush=True)
-    return [earlier[d.name] if d.name in earlier else entries[d] for d in every]
+    # A task left for a later run (the time budget) is not in this run's figures: the summary says how many.
+    return [earlier[d.name] if d.name in earlier else entries[d] for d in every if d.name in earlier or d in entries]
 
 
 def main() -> None:
@@ -181,6 +195,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4, help="evaluations at once (the chip takes them in turn)")
     parser.add_argument("--batch", type=int, default=4, help="tasks whose reference outputs are made, then "
                         "evaluated, before the next batch's")
+    parser.add_argument("--time-budget", type=float, default=math.inf, help="seconds: no batch is started that "
+                        "would end after them, judged by the longest batch so far (a time-limited run on the host)")
     parser.add_argument("--home", type=Path, help="KERNELBOT_HOME to keep (default: a temporary one)")
     parser.add_argument("--json", type=Path, help="also write every entry and summary here")
     parser.add_argument("--log", type=Path, help="append each entry here as a JSON line the moment it is done")
@@ -188,6 +204,7 @@ def main() -> None:
                         "again, and count in the summary (one benchmark split across several time-limited runs)")
     args = parser.parse_args()
     only = [n for n in args.only.split(",") if n]
+    deadline = time.monotonic() + args.time_budget
     report = {}
     with tempfile.TemporaryDirectory(prefix="kb-on-chip-") as tmp:
         home = args.home or Path(tmp) / "home"
@@ -198,10 +215,12 @@ def main() -> None:
         settings = replace(settings, default_target=chip.name)
         for name in args.suite or ["measured", "tasks"]:
             entries = run_suite(name, SUITES[name], only, chip, settings, Path(tmp), args.workers, args.batch,
-                                args.log, args.resume)
+                                args.log, args.resume, deadline)
             s = summary(entries)
             report[name] = {"tasks": entries, "summary": s}
-            print(f"{name} summary (measured on {chip.device_kind}): {s['tasks']} tasks, {s['ok']} with an ok kernel, "
+            left = len(suite_tasks(SUITES[name], only)) - s["tasks"]
+            print(f"{name} summary (measured on {chip.device_kind}): {s['tasks']} tasks"
+                  f"{f' ({left} not evaluated yet)' if left > 0 else ''}, {s['ok']} with an ok kernel, "
                   f"{s['faster']} faster than XLA beyond the spread, geomean x{s['geomean_measured']:.2f} measured "
                   f"(no ok kernel counts as x1); estimates within {FAITHFUL[0]}-{FAITHFUL[1]}x of the measured "
                   f"speedup: {s['faithful_estimates']} of {s['estimates']}\n", flush=True)
