@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from storage.errors import KernelbotError
+
 
 @dataclass(frozen=True)
 class Tool:
@@ -72,13 +74,14 @@ class BudgetExceeded(Exception):
     """The session's token or cost budget is spent; work stops here with what was found so far."""
 
 
-class BrainError(RuntimeError):
+class BrainError(KernelbotError, RuntimeError):
     """The brain cannot answer at all (no model, a bad key, no quota, no network): one line for a person, with
-    what to do next."""
+    what to do next (each raise names its own)."""
+
+    next_step = "see `kernelbot doctor`"
 
     def __init__(self, message: str, next_step: str = ""):
-        super().__init__(message)
-        self.next_step = next_step
+        super().__init__(message, next_step=next_step)
 
     def one_line(self) -> str:
         return f"{self}; {self.next_step}" if self.next_step else str(self)

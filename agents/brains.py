@@ -5,6 +5,7 @@ from __future__ import annotations
 from agents.brain import Brain, Budget
 from agents.offline.brain import NotRecognised, offline_brain
 from agents.offline.families import FAMILIES
+from storage.errors import KernelbotError
 from storage.settings import Settings
 from tpu_runner.hardware.targets import ChipSpec
 from tpu_runner.tasks.task import Task
@@ -12,8 +13,10 @@ from tpu_runner.tasks.task import Task
 BRAINS = ("anthropic", "offline")
 
 
-class BrainUnavailable(RuntimeError):
+class BrainUnavailable(KernelbotError, RuntimeError):
     """The brain asked for cannot run here; the message says what is needed."""
+    next_step = ("choose a brain that can do this here with --brain (the anthropic brain needs ANTHROPIC_API_KEY); "
+                 "`--help` in the terminal or `/kernel help` in Slack lists the options")
 
 
 def default_brain(settings: Settings) -> str:

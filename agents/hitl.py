@@ -15,6 +15,7 @@ from sqlmodel import Session
 from agents.auto import AutoLoop
 from agents.auto_decide import StepRecord, work_steps
 from storage import sessions
+from storage.errors import KernelbotError
 from storage.models import Decision, now
 
 ALLOWED = {
@@ -26,8 +27,10 @@ ALLOWED = {
 HANDOVERS = ("handoff", "handback")
 
 
-class DecisionRejected(ValueError):
+class DecisionRejected(KernelbotError, ValueError):
     """A decision that does not fit what the session is waiting for; the message lists what does."""
+    next_step = ("answer the session's latest question with a decision it allows now (the message lists them); a "
+                 "finished or cancelled session takes none")
 
 
 def waiting_for(steps: Sequence[StepRecord]) -> str | None:

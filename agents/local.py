@@ -13,13 +13,15 @@ from sqlmodel import Session, col, select
 
 from agents.session_jobs import runner_kinds
 from storage import sessions
+from storage.errors import KernelbotError
 from storage.models import Job
 from storage.settings import Settings
 from tpu_runner.runner.daemon import RunnerConfig, RunnerDaemon, describe_host
 
 
-class SessionStopped(RuntimeError):
+class SessionStopped(KernelbotError, RuntimeError):
     """A session run here whose runner gave up on it; the message is the runner's reason."""
+    next_step = "fix what the reason names, then `kernelbot optimize` again (`kernelbot jobs` shows the job)"
 
 
 def run_until_settled(engine: Engine, settings: Settings, session_id: str, *, kinds: tuple[str, ...],

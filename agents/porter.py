@@ -30,6 +30,7 @@ from agents.anthropic_brain import BrainError
 from agents.brain import Brain, BrainRequest, Budget, BudgetExceeded
 from agents.brains import BrainUnavailable, default_brain, make_brain
 from agents.subagents import code_blocks
+from storage.errors import KernelbotError
 from storage.settings import Settings
 from tpu_runner.porting import PortError, PortResult, check_against_pytorch, describe_module, port_pytorch
 from tpu_runner.tasks.pysource import parse as parse_source
@@ -53,8 +54,10 @@ _TRITON_JIT = re.compile(r"^\s*@triton\.(?:jit|autotune|heuristics)\b", re.MULTI
 _FORBIDDEN_IMPORT = re.compile(r"^\s*(?:import|from)\s+(torch|triton|jax\.experimental\.pallas)\b", re.MULTILINE)
 
 
-class SourceError(ValueError):
+class SourceError(KernelbotError, ValueError):
     """A file that cannot be ported as it is (not a kind we know, unreadable, options that do not fit it)."""
+    next_step = ("pass a PyTorch file with class Model(nn.Module), a CUDA C++ source or a Triton source "
+                 "(`kernelbot port --help`)")
 
 
 # --- what a file is ------------------------------------------------------------------------------------------

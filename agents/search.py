@@ -21,14 +21,17 @@ from agents import strategies, tunable
 from agents.search_decide import ROOT_STRATEGY, Graph, Node, SearchConfig, next_expansions
 from agents.session_task import carried_files
 from storage import queue, sessions
+from storage.errors import KernelbotError
 from storage.models import Candidate, Evaluation, Job, KernelSession
 from tpu_runner.tasks.task import Task, load_task
 
 NODE_JOB = "search_node"
 
 
-class SearchError(ValueError):
+class SearchError(KernelbotError, ValueError):
     """The search cannot start as asked; the message says why and what to do."""
+    next_step = ("give the search what the message names: a seed kernel (--seed FILE; one with a TUNABLE space "
+                 "for the tuner) or a brain (--brain)")
 
 
 @dataclass(frozen=True)

@@ -14,14 +14,17 @@ from typing import Any
 
 from sqlmodel import Session
 
+from storage.errors import KernelbotError
 from storage.models import Blob
 
 MAX_BLOB_BYTES = 32 * 2**20  # a task's files or a kernel's source; more is not a task but a data set
 _SKIPPED = ("__pycache__", ".git", ".pytest_cache")
 
 
-class BlobError(ValueError):
+class BlobError(KernelbotError, ValueError):
     """Files that cannot travel with a job (too large, missing), or a blob that is not in the database."""
+    next_step = ("pass a task or kernel path that exists and fits the limit; a job whose files are gone must be "
+                 "enqueued again")
 
 
 def put(session: Session, data: bytes) -> str:

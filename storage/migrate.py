@@ -11,15 +11,19 @@ from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 from sqlalchemy import Engine
 
+from storage.errors import KernelbotError
+
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
-class SchemaOutdated(RuntimeError):
+class SchemaOutdated(KernelbotError, RuntimeError):
     """The database is behind the code; the message says which command upgrades it."""
+    next_step = "run `kernelbot db upgrade`"
 
 
-class SchemaNewer(RuntimeError):
+class SchemaNewer(KernelbotError, RuntimeError):
     """The database was migrated by a newer kernelbot than this one; the message says to upgrade the code."""
+    next_step = "install the kernelbot version that migrated the database (`kernelbot doctor` shows both)"
 
 
 def _config() -> Config:

@@ -19,13 +19,15 @@ from sqlalchemy import and_, func, or_, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
+from storage.errors import KernelbotError
 from storage.models import Evaluation, Job, now
 
 MAX_BACKOFF_SECONDS = 300.0
 
 
-class JobNotFound(LookupError):
-    pass
+class JobNotFound(KernelbotError, LookupError):
+    """No job with that id."""
+    next_step = "`kernelbot jobs` lists the jobs"
 
 
 @dataclass(frozen=True)

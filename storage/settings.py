@@ -13,6 +13,8 @@ from pathlib import Path
 
 import platformdirs
 
+from storage.errors import KernelbotError
+
 TARGETS = ("v5e", "v6e", "v5p")  # the TPU generations tpu_runner.hardware.targets knows (a test keeps them in step)
 # TPU_ACCELERATOR_TYPE (set by the TPU runtime on a TPU host, e.g. v5litepod-4, v6e-8) -> the target it is.
 ACCELERATOR_PREFIXES = (("v5litepod", "v5e"), ("v5lite", "v5e"), ("v5e", "v5e"), ("v6e", "v6e"), ("v5p", "v5p"))
@@ -89,8 +91,9 @@ KNOWN = {v.name for v in VARIABLES}
 CHOICES = {v.name: v.choices for v in VARIABLES if v.choices}
 
 
-class SettingsError(ValueError):
+class SettingsError(KernelbotError, ValueError):
     """A setting has a value kernelbot cannot use; the message names the variable."""
+    next_step = "fix the environment variable named above (or its line in the config file)"
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:

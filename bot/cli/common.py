@@ -1,5 +1,5 @@
-"""What every command group shares: the consoles, the common options, and the one table that turns an error into
-one line and the next step."""
+"""What every command group shares: the consoles, the common options, and the one mapping that turns an error into
+one line and the next step (kernelbot's own errors carry theirs)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from storage.errors import KernelbotError
 from storage.settings import Settings, SettingsError, load_settings
-from tpu_runner.hardware.targets import CHIPS, UnknownTarget
-from tpu_runner.tasks.task import TaskError
+from tpu_runner.hardware.targets import CHIPS
 
 console = Console()
 err_console = Console(stderr=True)
@@ -38,37 +38,18 @@ def _is(exc: Exception, where: str) -> bool:
 
 
 def _friendly(exc: Exception) -> tuple[str, str] | None:
-    """One line and the next step, for each kind of bad input or unreachable service; None if unknown."""
+    """One line and the next step for an error a person can act on; None for one that is kernelbot's fault.
+    Kernelbot's own errors carry their next step (`storage.errors`); the rest are the database driver's and the
+    built-in lookups and values whose message names the bad input."""
+    if isinstance(exc, KernelbotError):
+        return str(exc), exc.next_step
     if _is(exc, "sqlalchemy.exc:OperationalError"):
         return (f"cannot use the database: {str(getattr(exc, 'orig', exc)).strip().splitlines()[0]}",
                 "check KERNELBOT_DATABASE_URL and that the server is running")
-    if _is(exc, "agents.brain:BrainError"):  # no answer at all from the model: the brain says what to do
-        return str(exc), getattr(exc, "next_step", None) or "see `kernelbot doctor`"
-    table: list[tuple[type[Exception] | str, str]] = [
-        (TaskError, "check the task directory (reference.py + kernel_task.yaml, or baseline.py); "
-                    "`kernelbot tasks` lists valid ones"),
-        ("tpu_runner.evaluation.evaluate:KernelFileError",
-         "pass the path of a Python file that defines computation(...)"),
-        ("tpu_runner.hardware.chip:ChipBusy",
-         "run it again once the TPU is free, or with KERNELBOT_TPU=off to check it in interpret mode and estimate its "
-         "time"),
-        (UnknownTarget, f"use --target with one of {', '.join(CHIPS)}"),
-        (SettingsError, "fix the environment variable named above"),
-        ("storage.migrate:SchemaOutdated", "run `kernelbot db upgrade`"),
-        ("storage.migrate:SchemaNewer", "install the kernelbot version that migrated the database (`kernelbot "
-                                        "doctor` shows both)"),
-        ("storage.queue:JobNotFound", "`kernelbot jobs` lists the jobs"),
-        (LookupError, "check the id; the session may live in another KERNELBOT_HOME or database"),
-        ("agents.brains:BrainUnavailable", "see `kernelbot optimize --help`"),
-        ("agents.local:SessionStopped", "fix what the reason names, then `kernelbot optimize` again (`kernelbot "
-                                        "jobs` shows the job)"),
-        ("bot.slack.app:SlackSettingsError", "set it in the environment (see the Slack app's settings pages)"),
-        ("tpu_runner.porting:PortUnavailable", "install the extra named above, then run the command again"),
-        (ValueError, "check the command's options (`kernelbot COMMAND --help`) and the settings it names"),
-    ]
-    for kind, hint in table:
-        if _is(exc, kind) if isinstance(kind, str) else isinstance(exc, kind):
-            return str(exc), hint
+    if isinstance(exc, LookupError):
+        return str(exc), "check the id; the session may live in another KERNELBOT_HOME or database"
+    if isinstance(exc, ValueError):
+        return str(exc), "check the command's options (`kernelbot COMMAND --help`) and the settings it names"
     return None
 
 

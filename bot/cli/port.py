@@ -29,12 +29,6 @@ PORT_HELP = (
     "Exits 0 when the task was written, 1 when the port failed (the reason, its kind and line), 2 for bad input "
     "(no such file, a file of no known kind, torch or an LLM brain not available)."
 )
-_HINTS = {
-    "SourceError": "pass a PyTorch file with class Model(nn.Module), a CUDA C++ source or a Triton source "
-                   "(`kernelbot port --help`)",
-    "PortUnavailable": "install the extra named above, then run `kernelbot port` again",
-    "BrainUnavailable": "`kernelbot port --help`",
-}
 
 
 def _one_line(text: str) -> str:
@@ -99,7 +93,7 @@ def port_command(
             result = port_file(file, name=task_name, dest=(out or home_tasks) / task_name, settings=settings,
                                brain=brain_obj, torch_reference=torch_reference)
         except (SourceError, PortUnavailable, BrainUnavailable) as exc:
-            err_console.print(f"error: {_one_line(str(exc))}\nnext: {_HINTS[type(exc).__name__]}", markup=False,
+            err_console.print(f"error: {_one_line(str(exc))}\nnext: {exc.next_step}", markup=False,
                               highlight=False, soft_wrap=True)
             return 2
         report = {**result.to_json(), "kind": LABELS.get(kind, "PyTorch"), "source": file.name,

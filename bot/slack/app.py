@@ -16,6 +16,7 @@ from bot.slack.channel_access import ChannelAccess
 from bot.slack.listener_context import BotContext, GroupDirectory
 from bot.slack.steering import SteeringPolicy
 from bot.slack.visibility import ChannelDirectory
+from storage.errors import KernelbotError
 from storage.settings import Settings
 
 RATE_LIMIT_RETRIES = 2  # 429s a listener's call waits out before it gives up
@@ -24,8 +25,10 @@ RATE_LIMIT_RETRIES = 2  # 429s a listener's call waits out before it gives up
 LISTENER_THREADS = 16
 
 
-class SlackSettingsError(ValueError):
+class SlackSettingsError(KernelbotError, ValueError):
     """What `serve` needs from the environment and did not get."""
+    next_step = ("set or fix what the message names (in the environment, or on the Slack app's settings pages), "
+                 "then start `kernelbot serve` again")
 
 
 def web_client(settings: Settings, **kwargs: object) -> WebClient:

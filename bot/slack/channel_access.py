@@ -19,13 +19,16 @@ from typing import Any
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
+from storage.errors import KernelbotError
+
 log = logging.getLogger("kernelbot.slack")
 ACCESS_TTL_SECONDS = 300.0
 NOTHING_STARTED = "Nothing was started."
 
 
-class ChannelUnavailable(Exception):
+class ChannelUnavailable(KernelbotError):
     """The bot cannot post where a session would live; the message says why and what to do."""
+    next_step = "do what the message says in Slack (invite the bot, or use a channel it can post in), then run it again"
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from agents.search_decide import SearchConfig
 from bot.slack.outbound.digest import last_scheduled_end, period_start, record_digest
 from bot.slack.visibility import ChannelDirectory, audience
 from storage import digests, schedules
+from storage.errors import KernelbotError
 from storage.settings import Settings
 from tpu_runner.tasks.task import load_task
 
@@ -49,8 +50,10 @@ _WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")  # crontab numberi
 _EXAMPLE = '`"0 2 * * *"` (every day at 02:00)'
 
 
-class CronError(ValueError):
+class CronError(KernelbotError, ValueError):
     """A cron line kernelbot cannot use; the message names the field and gives an example."""
+    next_step = ('write five fields - minute hour day month weekday - e.g. "0 2 * * *", and an IANA time zone '
+                 "such as UTC")
 
 
 # -- cron lines -------------------------------------------------------------------------------------------------

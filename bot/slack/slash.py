@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from agents.search_decide import SEARCH_STRATEGIES
 from bot.slack.thread_replies import REDIRECT_KEYWORD
+from storage.errors import KernelbotError
 from tpu_runner.hardware.targets import CHIPS
 
 
@@ -51,8 +52,9 @@ COMMANDS: dict[str, Spec] = {
 _CHOICES = {"target": tuple(CHIPS), "brain": ("offline", "anthropic"), "strategy": SEARCH_STRATEGIES}
 
 
-class UsageError(ValueError):
+class UsageError(KernelbotError, ValueError):
     """A malformed command; the message is what the person sees (with the closest match when there is one)."""
+    next_step = "`/kernel help` lists the commands and how to write them"
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
+from storage.errors import KernelbotError
 from storage.settings import Settings
 from tpu_runner.analysis.traffic import traffic_from_json
 from tpu_runner.candidate.process import CandidateCompiles, IrGate, run_candidate, stopped_error
@@ -45,8 +46,9 @@ from tpu_runner.timing.profile import summarise
 from tpu_runner.timing.trace_export import trace_json
 
 
-class KernelFileError(ValueError):
+class KernelFileError(KernelbotError, ValueError):
     """The candidate file cannot be read."""
+    next_step = "pass the path of a Python file that defines computation(...)"
 
 
 class DerivedShapesOnly(Exception):

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from storage.errors import KernelbotError
+
 LOCK_PATH = Path("/tmp/kernelbot-tpu.lock")  # beside libtpu's own lockfile: one per host
 LIBTPU_LOCKFILE = Path("/tmp/libtpu_lockfile")  # libtpu's: taken by the process that opens the chip
 LIBTPU_LOGS = Path("/tmp/tpu_logs")  # where libtpu writes its logs
@@ -32,8 +34,10 @@ _CHIP_FILE = re.compile(r"^/dev/(accel\d+|vfio/\d+)$")
 _POLL_SECONDS = 0.2
 
 
-class ChipBusy(RuntimeError):
+class ChipBusy(KernelbotError, RuntimeError):
     """The chip is held by another process and was not free in time."""
+    next_step = ("run it again once the TPU is free, or with KERNELBOT_TPU=off to check it in interpret mode and "
+                 "estimate its time")
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from storage.errors import KernelbotError
+
 
 @dataclass(frozen=True)
 class ChipSpec:
@@ -61,8 +63,9 @@ CHIPS: dict[str, ChipSpec] = {
 }
 
 
-class UnknownTarget(ValueError):
-    pass
+class UnknownTarget(KernelbotError, ValueError):
+    """A target that is not a TPU generation kernelbot knows."""
+    next_step = f"use --target with one of {', '.join(CHIPS)}"
 
 
 def get_chip(target: str) -> ChipSpec:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from storage.errors import KernelbotError
 from storage.settings import EvalLimits, Settings
 from tpu_runner.sandbox.process import ChildOutcome, run_one_shot
 from tpu_runner.tasks.reference_check import AddedTask, add_checked_task
@@ -30,8 +31,9 @@ EXTRA = ("install the port extra (torch and torchax, ~4 GB): `pip install -e '.[
          "`pip install 'kernelbot[port]'`; `./kb port` and `./kb test` install it themselves")
 
 
-class PortUnavailable(RuntimeError):
+class PortUnavailable(KernelbotError, RuntimeError):
     """torch or torchax is not installed; the message says what to install."""
+    next_step = "install the extra named above, then run the command again"
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from storage.errors import KernelbotError
 from tpu_runner.tasks import jaxbench, kernelbench
 from tpu_runner.tasks.entry_point import reference_param_count
 
@@ -28,8 +29,10 @@ KNOWN_FAMILIES = ("elementwise", "row_reduction", "matmul", "matmul_epilogue", "
                   "scan", "convolution")
 
 
-class TaskError(ValueError):
+class TaskError(KernelbotError, ValueError):
     """A task directory that cannot be used; the message says what to fix."""
+    next_step = ("check the task directory (reference.py + kernel_task.yaml, or baseline.py); `kernelbot tasks` "
+                 "(`/kernel tasks` in Slack) lists the valid ones")
 
 
 @dataclass(frozen=True)

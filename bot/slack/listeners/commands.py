@@ -13,18 +13,12 @@ from slack_bolt import Ack, App, Respond
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
-from agents.hitl import DecisionRejected
-from agents.search import SearchError
-from bot.slack.channel_access import ChannelUnavailable
 from bot.slack.kernel_commands import KernelCommands, OpenView
 from bot.slack.listener_context import BotContext
 from bot.slack.slash import Command, UsageError, parse
-from tpu_runner.hardware.targets import UnknownTarget
-from tpu_runner.tasks.task import TaskError
+from storage.errors import KernelbotError, explain
 
 log = logging.getLogger("kernelbot.slack")
-PEOPLES_ERRORS = (UsageError, TaskError, UnknownTarget, SearchError, DecisionRejected, ChannelUnavailable,
-                  LookupError, ValueError)
 COMMAND_WORKERS = 4  # commands answered at once; more wait their turn (the ack does not)
 
 
@@ -39,7 +33,7 @@ def register(app: App, ctx: BotContext) -> None:
         try:
             parsed: Command | str = parse(text)
         except UsageError as exc:
-            parsed = str(exc)
+            parsed = explain(exc)
         view = commands.modal(parsed, channel=channel) if isinstance(parsed, Command) else None
         if view is not None:
             open_view(client, view, trigger_id=command.get("trigger_id", ""), respond=respond)
@@ -53,7 +47,9 @@ def answer(commands: KernelCommands, parsed: Command | str, *, user: str, channe
     """Run the command (a usage error is its own answer) and tell the person what came of it."""
     try:
         reply = parsed if isinstance(parsed, str) else commands.run(parsed, user=user, channel=channel)
-    except PEOPLES_ERRORS as exc:
+    except KernelbotError as exc:  # the message and what to do next
+        reply = explain(exc)
+    except (LookupError, ValueError) as exc:  # a built-in error whose message names the bad id or value
         reply = str(exc)
     except Exception as exc:  # noqa: BLE001 - a person gets a sentence, the log gets the traceback
         log.exception("/kernel %r failed", text)

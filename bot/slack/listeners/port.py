@@ -49,6 +49,7 @@ from bot.slack.views.port_form import (
     static_problems,
     torch_reference_refused,
 )
+from storage.errors import KernelbotError
 from tpu_runner.porting import PortError, PortResult, PortUnavailable
 from tpu_runner.tasks.reference_check import read_task_files
 from tpu_runner.tasks.task import TaskError, load_task
@@ -59,8 +60,9 @@ DOWNLOAD_SECONDS = 30
 _PORTS = threading.BoundedSemaphore(2)  # ports at once on the serve host (each a sandboxed child); more wait
 
 
-class UploadRefused(Exception):
+class UploadRefused(KernelbotError):
     """The uploaded file cannot be used; the message says why and what to do."""
+    next_step = "fix the upload as the message says, then submit the form again"
 
 
 def register(app: App, ctx: BotContext) -> None:
