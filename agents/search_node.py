@@ -24,8 +24,8 @@ from storage.settings import Settings
 from tpu_runner.candidate.spares import SparePool
 from tpu_runner.evaluation.evaluate import EvalRequest, KernelFileError, evaluate
 from tpu_runner.hardware.targets import UnknownTarget, get_chip
+from tpu_runner.jobs.contract import evaluation_record
 from tpu_runner.reports.result import EvalError
-from tpu_runner.runner.job_kinds import evaluation_record
 from tpu_runner.tasks.task import Task, TaskError
 
 BrainFactory = Callable[[KernelSession], Brain]

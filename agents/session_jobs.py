@@ -23,16 +23,9 @@ from storage import sessions
 from storage.connect import open_database
 from storage.models import KernelSession, SessionEvent
 from tpu_runner.hardware.targets import get_chip
+from tpu_runner.jobs.contract import JobContext, JobKinds, JobOutcome, JobRejected, compose, load_job_modules
 from tpu_runner.reference.store import production_configurations
-from tpu_runner.runner.job_kinds import (
-    EVALUATION_KINDS,
-    JobContext,
-    JobKinds,
-    JobOutcome,
-    JobRejected,
-    compose,
-    load_job_modules,
-)
+from tpu_runner.runner.job_kinds import EVALUATION_KINDS
 from tpu_runner.tasks.task import Task, TaskError
 
 _engines: dict[str, Engine] = {}
