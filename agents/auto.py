@@ -21,16 +21,16 @@ from agents import subagents
 from agents.auto_decide import AutoConfig, StepRecord, next_action, progress
 from agents.brain import AnswerError, Brain, BrainError, BudgetExceeded
 from storage import sessions
+from tpu_runner.jobs.contract import evaluation_record
 from tpu_runner.reports.result import EvalError, EvalResult
-from tpu_runner.runner.job_kinds import evaluation_record
 
 StageCallback = Callable[[str], None]
 
 
 class Evaluator(Protocol):
-    """A candidate file -> the evaluator's verdict; `on_stage` hears each stage as the evaluation enters it."""
+    """A candidate's code -> the evaluator's verdict; `on_stage` hears each stage as the evaluation enters it."""
 
-    def __call__(self, path: Path, on_stage: StageCallback | None = None) -> EvalResult: ...
+    def __call__(self, code: str, on_stage: StageCallback | None = None) -> EvalResult: ...
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class AutoLoop:
     brain: Brain
     ctx: subagents.TaskContext
     evaluate: Evaluator
-    workdir: Path  # where candidate files are written
+    workdir: Path  # where each evaluated candidate's file is written for people (`kernel_path`)
     config: AutoConfig = AutoConfig()
     on_step: Callable[[str, dict[str, Any]], None] | None = None
     mode: str = "auto"  # the session mode this loop serves; it stops when the session is handed to another
@@ -173,7 +173,7 @@ class AutoLoop:
                 sessions.add_event(s, session_id=session_id, kind="progress",
                                    payload={"candidate_id": candidate_id, "stage": stage})
 
-        result = self.evaluate(path, on_stage=on_stage)
+        result = self.evaluate(code_step["code"], on_stage=on_stage)
         perf = result.performance
         with Session(self.engine) as s, s.begin():
             s.add(evaluation_record(result, candidate_id=code_step["candidate_id"]))

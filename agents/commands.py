@@ -14,7 +14,7 @@ from agents.search import start_search, stop_search
 from agents.search_decide import SearchConfig
 from storage import queue, sessions
 from storage.models import Decision, KernelSession
-from tpu_runner.runner.job_kinds import FollowUp
+from tpu_runner.jobs.contract import FollowUp
 from tpu_runner.tasks.task import Task, load_task
 
 ADVANCE_KIND = {"hitl": "hitl_advance", "auto": "auto_session"}

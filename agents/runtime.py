@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import Engine
@@ -13,17 +13,19 @@ from agents.brain import Brain
 from agents.task_context import task_context
 from storage.settings import Settings
 from tpu_runner.candidate.spares import SparePool
-from tpu_runner.evaluation.evaluate import EvalRequest, evaluate
+from tpu_runner.evaluation.evaluate import EvalRequest, KernelSource, evaluate
 from tpu_runner.hardware.targets import ChipSpec
-from tpu_runner.tasks.task import Task
+from tpu_runner.tasks.task import Configuration, Task
 
 
 def build_loop(machine: type[AutoLoop], *, engine: Engine, brain: Brain, task: Task, chip: ChipSpec,
                settings: Settings, session_id: str, config: AutoConfig,
                on_step: Callable[[str, dict[str, Any]], None] | None = None,
-               spares: SparePool | None = None) -> AutoLoop:
-    """An Auto loop or a HITL machine for this session, evaluating its candidates with the evaluator."""
-    return machine(engine=engine, brain=brain, ctx=task_context(task, chip, settings), config=config, on_step=on_step,
-                   workdir=settings.artifacts_dir / "sessions" / session_id,
-                   evaluate=lambda path, on_stage=None: evaluate(EvalRequest(task.path, path, chip.name), settings,
-                                                                 spares=spares, on_stage=on_stage))
+               spares: SparePool | None = None, configs: Sequence[Configuration] | None = None) -> AutoLoop:
+    """An Auto loop or a HITL machine for this session, evaluating its candidates with the evaluator: the loaded
+    task and each candidate's code go to it as they are. `configs`: the task's production configurations, when the
+    caller has them already."""
+    return machine(engine=engine, brain=brain, ctx=task_context(task, chip, settings, configs=configs), config=config,
+                   on_step=on_step, workdir=settings.artifacts_dir / "sessions" / session_id,
+                   evaluate=lambda code, on_stage=None: evaluate(EvalRequest(task, KernelSource(code), chip.name),
+                                                                 settings, spares=spares, on_stage=on_stage))

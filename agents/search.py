@@ -23,7 +23,7 @@ from agents.session_task import carried_files
 from storage import queue, sessions
 from storage.errors import KernelbotError
 from storage.models import Candidate, Evaluation, Job, KernelSession
-from tpu_runner.tasks.task import Task, load_task
+from tpu_runner.tasks.task import Task
 
 NODE_JOB = "search_node"
 
@@ -179,13 +179,13 @@ def _lock(s: Session, session_id: str) -> KernelSession:
     return record
 
 
-def top_up(s: Session, session_id: str, *, task: Task | None = None) -> list[int]:
+def top_up(s: Session, session_id: str, *, task: Task) -> list[int]:
     """Create and enqueue what the search should do next; finish the session when nothing is left.
-    Runs in the caller's transaction, under the session's row lock. Returns the new candidate ids."""
+    Runs in the caller's transaction, under the session's row lock, on the task as the caller loaded it. Returns
+    the new candidate ids."""
     record = _lock(s, session_id)
     if record.status != "active":
         return []
-    task = task or load_task(record.task_dir or "")  # the node job passes the task it found or wrote
     budget = dict(record.budget or {})
     config = SearchConfig(**budget["search"])
     graph, candidates, _ = load_graph(s, session_id)

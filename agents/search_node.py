@@ -22,13 +22,13 @@ from storage import sessions
 from storage.models import Candidate, Evaluation, KernelSession
 from storage.settings import Settings
 from tpu_runner.candidate.spares import SparePool
-from tpu_runner.evaluation.evaluate import EvalRequest, KernelFileError, evaluate
+from tpu_runner.evaluation.evaluate import EvalRequest, KernelSource, evaluate
 from tpu_runner.hardware.targets import UnknownTarget, get_chip
+from tpu_runner.jobs.contract import evaluation_record
 from tpu_runner.reports.result import EvalError
-from tpu_runner.runner.job_kinds import evaluation_record
 from tpu_runner.tasks.task import Task, TaskError
 
-BrainFactory = Callable[[KernelSession], Brain]
+BrainFactory = Callable[[KernelSession, Task], Brain]  # the session's brain, for its loaded task
 
 
 @dataclass
@@ -58,7 +58,7 @@ class NodeRunner:
                     code = self._generate(candidate_id, task, target)
                 if code:
                     outcome.update(self._evaluate(session_id, candidate_id, code, task, target, job_id))
-            except (TaskError, KernelFileError, UnknownTarget) as exc:
+            except (TaskError, UnknownTarget) as exc:
                 # The candidate cannot be evaluated at all; the search goes on without it.
                 self._mark_failed(candidate_id, f"{type(exc).__name__}: {exc}"[:500])
         with Session(self.engine) as s, s.begin():
@@ -77,7 +77,7 @@ class NodeRunner:
             strategy = candidate.strategy or ""
         ctx = task_context(task, get_chip(target), self.settings)
         try:
-            brain = self.make_brain(record)
+            brain = self.make_brain(record, task)
             if parent is None:
                 code = subagents.implement(brain, ctx, subagents.plan(brain, ctx))
             elif strategy == "self_debug":
@@ -140,11 +140,7 @@ class NodeRunner:
 
     def _evaluate(self, session_id: str, candidate_id: int, code: str, task: Task, target: str,
                   job_id: int | None) -> dict[str, Any]:
-        workdir = self.settings.artifacts_dir / "sessions" / session_id
-        workdir.mkdir(parents=True, exist_ok=True)
-        path = workdir / f"candidate_{candidate_id}.py"
-        path.write_text(code)
-        result = evaluate(EvalRequest(task.path, path, target), self.settings, spares=self.spares,
+        result = evaluate(EvalRequest(task, KernelSource(code), target), self.settings, spares=self.spares,
                           eval_id=f"{session_id}-c{candidate_id}",
                           ir_gate=lambda digest: self._claim_ir(session_id, candidate_id, digest))
         if result.verdict != "duplicate":

@@ -23,17 +23,10 @@ from storage import sessions
 from storage.connect import open_database
 from storage.models import KernelSession, SessionEvent
 from tpu_runner.hardware.targets import get_chip
+from tpu_runner.jobs.contract import JobContext, JobKinds, JobOutcome, JobRejected, compose, load_job_modules
 from tpu_runner.reference.store import production_configurations
-from tpu_runner.runner.job_kinds import (
-    EVALUATION_KINDS,
-    JobContext,
-    JobKinds,
-    JobOutcome,
-    JobRejected,
-    compose,
-    load_job_modules,
-)
-from tpu_runner.tasks.task import Task, TaskError
+from tpu_runner.runner.job_kinds import EVALUATION_KINDS
+from tpu_runner.tasks.task import Configuration, Task, TaskError
 
 _engines: dict[str, Engine] = {}
 AGENT_KINDS = JobKinds()
@@ -65,10 +58,11 @@ def _advance(ctx: JobContext, payload: dict[str, Any], machine: type[AutoLoop]) 
         raise JobRejected(str(exc)) from exc
     except BrainError as exc:
         raise JobRejected(f"the brain cannot answer: {exc.one_line()}") from exc
-    _describe_task(engine, session_id, task, ctx)
+    configs = _production_configurations(task, ctx)  # once per job: for the thread and for the agents' prompts
+    _describe_task(engine, session_id, configs)
     loop = build_loop(machine, engine=engine, brain=brain, task=task, chip=get_chip(target), settings=ctx.settings,
                       session_id=session_id, config=AutoConfig(max_iterations=int(budget.get("iterations", 5))),
-                      spares=ctx.spares)
+                      spares=ctx.spares, configs=configs)
     outcome = loop.run(session_id)
     then = []
     if outcome.stop_reason.startswith("handed to"):  # a person changed hands while this job ran: go on in that mode
@@ -94,16 +88,20 @@ def _spent_so_far(engine: Engine, session_id: str) -> float:
                     for st in sessions.get_steps(s, session_id=session_id)), default=0.0)
 
 
-def _describe_task(engine: Engine, session_id: str, task: Task, ctx: JobContext) -> None:
+def _production_configurations(task: Task, ctx: JobContext) -> list[Configuration]:
+    try:
+        return production_configurations(task, ctx.settings)
+    except TaskError as exc:
+        raise JobRejected(str(exc)) from exc
+
+
+def _describe_task(engine: Engine, session_id: str, configs: list[Configuration]) -> None:
     """Once per session, the task's input shapes as an event (the Slack thread shows them; `serve` runs no JAX)."""
     with Session(engine) as s:
         if s.exec(select(SessionEvent.id).where(SessionEvent.session_id == session_id,
                                                 SessionEvent.kind == "task_described")).first() is not None:
             return
-    try:
-        shapes = "; ".join(c.describe() for c in production_configurations(task, ctx.settings))
-    except TaskError as exc:
-        raise JobRejected(str(exc)) from exc
+    shapes = "; ".join(c.describe() for c in configs)
     with Session(engine) as s, s.begin():
         sessions.add_event(s, session_id=session_id, kind="task_described", payload={"shapes": shapes})
 
@@ -121,8 +119,8 @@ def hitl_advance_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
 @AGENT_KINDS.kind(NODE_JOB)
 def search_node_job(ctx: JobContext, payload: dict[str, Any]) -> JobOutcome:
     """Generate (when a brain must), evaluate and record one candidate of a search, then top the search up."""
-    def brain_for(record: KernelSession) -> Brain:
-        return _session_brain(ctx, record, session_task(record, ctx.settings.home))
+    def brain_for(record: KernelSession, task: Task) -> Brain:
+        return _session_brain(ctx, record, task)
 
     runner = NodeRunner(engine=_engine(ctx), settings=ctx.settings, make_brain=brain_for, spares=ctx.spares,
                         runner_id=ctx.runner_id)

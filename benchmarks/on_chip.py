@@ -159,8 +159,8 @@ def run_suite(name: str, suite: Path, only: list[str], chip: ChipSpec, settings:
     t0 = time.perf_counter()
 
     def done(request: EvalRequest, result: EvalResult | Exception) -> None:
-        e = entry(request.task_dir, "", result, digests[request.task_dir])
-        entries[request.task_dir] = e
+        e = entry(request.task, "", result, digests[request.task])
+        entries[request.task] = e
         print(f"{line(e)}  [{time.perf_counter() - t0:.0f} s]", flush=True)
         if log is not None:  # each entry as it comes: a run cut short by a time limit keeps what it finished
             with log.open("a") as f:

@@ -42,7 +42,7 @@ class Job(SQLModel, table=True):
     )
 
     id: int | None = Field(default=None, primary_key=True)
-    kind: str = Field(index=True)  # a handler in the runners' JobKinds (runner.job_kinds, agents.session_jobs)
+    kind: str = Field(index=True)  # a handler in the runners' JobKinds (tpu_runner.jobs.contract)
     payload: dict[str, Any] | None = _json()
     status: str = Field(default="queued")  # one of JOB_STATUSES
     priority: int = 0

@@ -17,7 +17,7 @@ BELOW = {"storage": set(), "tpu_runner": {"storage"}, "agents": {"tpu_runner", "
 # tpu_runner/'s sub-packages, lowest first: each may import only those before it (the evaluator's stages build on
 # the records, the hardware, the sandbox and the task formats; the pipeline, the runner and porting on everything).
 TPU_RUNNER_PARTS = ("reports", "hardware", "sandbox", "tasks", "analysis", "compiler", "checking", "timing",
-                    "reference", "candidate", "evaluation", "runner", "porting")
+                    "reference", "candidate", "jobs", "evaluation", "runner", "porting")
 # Inside bot/: which surfaces each part may import (modules directly in bot/ are what both surfaces share).
 BOT_PARTS = {"bot.cli": {"bot.cli", "bot.slack", "bot"}, "bot.slack": {"bot.slack", "bot"}, "bot": {"bot"}}
 

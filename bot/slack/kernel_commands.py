@@ -21,7 +21,7 @@ from bot.slack.listener_context import BotContext
 from bot.slack.schedule_commands import digest_reply, schedule_reply
 from bot.slack.slash import Command, UsageError, help_text
 from bot.slack.views.home import mode_words, status_words
-from bot.slack.views.kit import thread_link
+from bot.slack.views.kit import mode_name, thread_link
 from bot.slack.views.port_form import port_form
 from bot.slack.views.reference_form import reference_form
 from bot.slack.visibility import audience
@@ -89,20 +89,19 @@ class KernelCommands:
         return help_text()
 
     def do_new(self, command: Command, *, user: str, channel: str) -> Reply:
-        task = self._task(command.args["task"])
-        self.ctx.channels.require(channel)
-        budget = {"brain": self._brain(command), "iterations": int(command.options.get("budget", 5))}
-        session_id = start_session(self.ctx.engine, mode="hitl", task=task, target=self._target(command), owner=user,
-                                   budget=budget, slack_channel=channel)
-        return f"Started HITL session `{session_id}` on *{task.task_id}*; its plan comes to a thread here."
+        return self._start(command, user=user, channel=channel, mode="hitl", then="its plan comes to a thread here")
 
     def do_auto(self, command: Command, *, user: str, channel: str) -> Reply:
+        return self._start(command, user=user, channel=channel, mode="auto", then="results come to a thread here")
+
+    def _start(self, command: Command, *, user: str, channel: str, mode: str, then: str) -> Reply:
+        """A HITL or Auto session on the task the command names, in this channel."""
         task = self._task(command.args["task"])
         self.ctx.channels.require(channel)
         budget = {"brain": self._brain(command), "iterations": int(command.options.get("budget", 5))}
-        session_id = start_session(self.ctx.engine, mode="auto", task=task, target=self._target(command), owner=user,
+        session_id = start_session(self.ctx.engine, mode=mode, task=task, target=self._target(command), owner=user,
                                    budget=budget, slack_channel=channel)
-        return f"Started Auto session `{session_id}` on *{task.task_id}*; results come to a thread here."
+        return f"Started {mode_name(mode)} session `{session_id}` on *{task.task_id}*; {then}."
 
     def do_search(self, command: Command, *, user: str, channel: str) -> Reply:
         task = self._task(command.args["task"])

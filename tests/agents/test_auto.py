@@ -21,7 +21,7 @@ from storage.models import Candidate, Evaluation, SessionEvent, Step
 from storage.settings import Settings
 from tests.conftest import CORPUS, TASKS
 from tests.fakes.anthropic_api import API_KEY, fake_anthropic
-from tpu_runner.evaluation.evaluate import EvalRequest, evaluate
+from tpu_runner.evaluation.evaluate import EvalRequest, KernelSource, evaluate
 
 PLAN = "\n".join(f"## {s.title()}\n{s}: details" for s in PLAN_SECTIONS)
 BROKEN = (CORPUS / "bad/misaligned_block.py").read_text()
@@ -92,7 +92,7 @@ def _new_session(engine) -> str:  # type: ignore[no-untyped-def]
 
 
 def _evaluator(settings: Settings):  # type: ignore[no-untyped-def]
-    return lambda path, on_stage=None: evaluate(EvalRequest(TASKS / "softmax", path, "v6e"), settings,
+    return lambda code, on_stage=None: evaluate(EvalRequest(TASKS / "softmax", KernelSource(code), "v6e"), settings,
                                                 on_stage=on_stage)
 
 
@@ -177,7 +177,7 @@ def _anthropic_loop(tmp_path: Path, base_url: str, config: AutoConfig, budget: B
     brain = AnthropicBrain(client=client, model="claude-opus-5-5", budget=budget or Budget(max_cost_usd=5.0),
                            sleep=lambda _: None)
 
-    def never_evaluated(path: Path, on_stage: object = None) -> object:
+    def never_evaluated(code: str, on_stage: object = None) -> object:
         raise AssertionError("nothing usable should reach the evaluator")
 
     loop = AutoLoop(engine=engine, brain=brain, ctx=CTX, evaluate=never_evaluated,  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ from storage.migrate import upgrade
 from storage.models import Decision
 from storage.settings import Settings
 from tests.conftest import TASKS
-from tpu_runner.evaluation.evaluate import EvalRequest, evaluate
+from tpu_runner.evaluation.evaluate import EvalRequest, KernelSource, evaluate
 
 PLAN = "\n".join(f"## {s.title()}\n{s}: details" for s in PLAN_SECTIONS)
 GOOD = (TASKS / "softmax/solutions/pallas.py").read_text()
@@ -53,8 +53,8 @@ def _setup(tmp_path: Path, settings: Settings, brain: ScriptedBrain, mode: str =
 
     def loop(cls: type[AutoLoop], b: ScriptedBrain, **config: int) -> AutoLoop:
         return cls(engine=engine, brain=b, ctx=CTX, workdir=tmp_path / "k", config=AutoConfig(**config),
-                   evaluate=lambda path, on_stage=None: evaluate(EvalRequest(TASKS / "softmax", path, "v6e"), settings,
-                                                                 on_stage=on_stage))
+                   evaluate=lambda code, on_stage=None: evaluate(EvalRequest(TASKS / "softmax", KernelSource(code),
+                                                                             "v6e"), settings, on_stage=on_stage))
 
     return engine, session_id, loop
 

@@ -90,7 +90,7 @@ def test_a_search_resumes_after_its_runner_died_mid_job(tmp_path: Path, shared_c
     assert result.evaluations == 3 and not graph.pending  # duplicates were replaced by fresh points
     assert all(j is not None and j.status == "done" and j.attempts == 2 for j in retried)
     # A node whose work is done only tops up: running it again adds nothing.
-    again = NodeRunner(engine=engine, settings=settings, make_brain=lambda record: None)  # type: ignore[arg-type,return-value]
+    again = NodeRunner(engine=engine, settings=settings, make_brain=lambda record, task: None)  # type: ignore[arg-type,return-value]
     again.run(min(candidates))
     with Session(engine) as s:
         assert len(s.exec(select(Evaluation)).all()) == len(evaluations)

@@ -26,7 +26,7 @@ RESULT = Path(__file__).resolve().parent.parent / "bot" / "data" / "softmax_ok_r
 STAGES = ("static", "lower", "compile", "correctness", "performance", "profile")
 
 
-def replayed(path: Path, on_stage: StageCallback | None = None) -> EvalResult:
+def replayed(code: str, on_stage: StageCallback | None = None) -> EvalResult:
     """The recorded evaluation of the suite's softmax kernel, its stages announced as the evaluator does."""
     for stage in STAGES:
         if on_stage:

@@ -55,8 +55,9 @@ BAD: dict[str, tuple[str, str, str, str]] = {
 def _by_name(requests: list[EvalRequest], results: list[EvalResult | Exception]) -> dict[str, EvalResult]:
     out = {}
     for req, res in zip(requests, results, strict=True):
-        assert isinstance(res, EvalResult), f"{req.kernel_path}: {res!r}"
-        out[req.kernel_path.stem if req.kernel_path.parent.name != "solutions" else req.task_dir.name] = res
+        kernel, task = req.kernel, req.task  # files, in these requests
+        assert isinstance(res, EvalResult), f"{kernel}: {res!r}"
+        out[kernel.stem if kernel.parent.name != "solutions" else task.name] = res
     return out
 
 

@@ -61,12 +61,37 @@ class DerivedShapesOnly(Exception):
 
 
 @dataclass(frozen=True)
+class KernelSource:
+    """A candidate's code in hand (a brain's answer, a database row), not in a file of its own."""
+
+    code: str
+
+
+@dataclass(frozen=True)
 class EvalRequest:
-    task_dir: Path
-    kernel_path: Path
+    """One candidate to evaluate. Where the caller holds them already (agents, jobs) the task is the loaded `Task`
+    and the kernel its `KernelSource`; at the edges (the terminal's files, benchmarks) they are a task directory and
+    a kernel file, read here. Either way the evaluator writes the one copy of the kernel its sandboxed child reads,
+    kept with the evaluation's artifacts."""
+
+    task: Task | Path
+    kernel: KernelSource | Path
     target: str
     allow_pure_jax: bool = False
     measure: bool = False  # time on this host's backend even without a TPU of the target (used by tests)
+
+    def loaded_task(self) -> Task:
+        """The task (TaskError when a directory given is not one)."""
+        return self.task if isinstance(self.task, Task) else load_task(self.task)
+
+    def source(self) -> str:
+        """The candidate's code (KernelFileError when a file given cannot be read)."""
+        if isinstance(self.kernel, KernelSource):
+            return self.kernel.code
+        try:
+            return self.kernel.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise KernelFileError(f"cannot read the kernel file {self.kernel}: {exc}") from None
 
 
 def _new_eval_id(task: Task) -> str:
@@ -81,25 +106,22 @@ def evaluate(request: EvalRequest, settings: Settings, *, eval_id: str | None = 
     With `ir_gate`, the child stops after lowering when the gate says the program was evaluated already
     (verdict `duplicate`), before the expensive stages."""
     started = time.perf_counter()
-    task = load_task(request.task_dir)
+    task = request.loaded_task()
     chip = get_chip(request.target)
     host: Host = "tpu" if settings.on_chip(chip.name) else "cpu"
-    try:
-        source = request.kernel_path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KernelFileError(f"cannot read the kernel file {request.kernel_path}: {exc}") from None
+    source = request.source()
     settings.ensure_dirs()
     eval_id = eval_id or _new_eval_id(task)
     artifacts = settings.artifacts_dir / eval_id
     artifacts.mkdir(parents=True, exist_ok=True)
-    kernel_copy = artifacts / "candidate.py"
-    kernel_copy.write_text(source)
-    artifact_map = {"candidate": str(kernel_copy)}
+    kernel_file = artifacts / "candidate.py"  # the candidate's one file: what its child reads, kept as an artifact
+    kernel_file.write_text(source)
+    artifact_map = {"candidate": str(kernel_file)}
     allow_pure_jax = request.allow_pure_jax or task.allow_pure_jax
 
     try:
         check_source(source, expected_params=task.param_count, allow_pure_jax=allow_pure_jax,
-                     filename=str(kernel_copy))
+                     filename=str(kernel_file))
         if on_stage:
             on_stage("static")
     except StaticViolation as violation:
@@ -108,7 +130,7 @@ def evaluate(request: EvalRequest, settings: Settings, *, eval_id: str | None = 
 
     pool = spares or SparePool(root=settings.sandbox_dir, limits=settings.limits, keep=0)
     try:
-        run = _Evaluation(request, settings, task, chip, host, artifacts, kernel_copy, pool, on_stage, ir_gate,
+        run = _Evaluation(request, settings, task, chip, host, artifacts, kernel_file, pool, on_stage, ir_gate,
                           allow_pure_jax)
         result = run.result()
     finally:
@@ -120,10 +142,10 @@ def evaluate(request: EvalRequest, settings: Settings, *, eval_id: str | None = 
 
 class _Evaluation:
     def __init__(self, request: EvalRequest, settings: Settings, task: Task, chip: ChipSpec, host: Host,
-                 artifacts: Path, kernel_copy: Path, pool: SparePool, on_stage: Callable[[str], None] | None,
+                 artifacts: Path, kernel_file: Path, pool: SparePool, on_stage: Callable[[str], None] | None,
                  ir_gate: IrGate | None, allow_pure_jax: bool):
         self.request, self.settings, self.task, self.chip, self.host = request, settings, task, chip, host
-        self.artifacts, self.kernel_copy, self.pool, self.on_stage = artifacts, kernel_copy, pool, on_stage
+        self.artifacts, self.kernel_file, self.pool, self.on_stage = artifacts, kernel_file, pool, on_stage
         self.ir_gate, self.allow_pure_jax = ir_gate, allow_pure_jax
         self.workdir = artifacts / "work"
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -145,7 +167,7 @@ class _Evaluation:
     def run_candidate(self, compiles: CandidateCompiles) -> tuple[ChildOutcome, CandidateReport | None]:
         limits = self.settings.limits
         request = CandidateRequest(
-            task_dir=str(self.task.path), kernel_path=str(self.kernel_copy), target=self.chip.name, host=self.host,
+            task_dir=str(self.task.path), kernel_path=str(self.kernel_file), target=self.chip.name, host=self.host,
             allow_pure_jax=self.allow_pure_jax, artifacts_dir=str(self.artifacts), workdir=str(self.workdir),
             budget=Budget(limits.full_check_elements, limits.full_check_gflops * 1e9, limits.interpret_grid_steps),
             measure=self.request.measure, ir_gate=self.ir_gate is not None)
@@ -415,7 +437,7 @@ def describe_tasks(requests: list[EvalRequest], settings: Settings) -> dict[str,
     tasks: dict[str, Task] = {}
     for req in requests:
         try:
-            task = load_task(req.task_dir)
+            task = req.loaded_task()
         except TaskError:
             continue
         tasks.setdefault(task.digest, task)
@@ -432,6 +454,14 @@ def describe_tasks(requests: list[EvalRequest], settings: Settings) -> dict[str,
     return failed
 
 
+def _with_task_loaded(request: EvalRequest) -> EvalRequest:
+    """The request with its task loaded; as it was when the task is broken (its evaluation reports that)."""
+    try:
+        return replace(request, task=request.loaded_task())
+    except TaskError:
+        return request
+
+
 def evaluate_many(requests: Iterable[EvalRequest], settings: Settings, *, workers: int | None = None,
                   warm_spares: bool = True, described: bool = False,
                   on_done: Callable[[EvalRequest, EvalResult | Exception], None] | None = None
@@ -442,19 +472,20 @@ def evaluate_many(requests: Iterable[EvalRequest], settings: Settings, *, worker
     for Python and JAX to start (each child still serves one candidate). `described`: the caller ran
     `describe_tasks` for these requests already."""
     items = list(requests)
+    loaded = [_with_task_loaded(req) for req in items]  # each task read once, for describing and evaluating
     workers = workers or settings.eval_workers
     if not described:
-        describe_tasks(items, settings)
+        describe_tasks(loaded, settings)
     spares = SparePool(root=settings.sandbox_dir, limits=settings.limits, keep=0)  # set per evaluation below
     waiting = [len(items)]
     lock = threading.Lock()
 
-    def one(req: EvalRequest) -> EvalResult | Exception:
+    def one(req: EvalRequest, ready: EvalRequest) -> EvalResult | Exception:
         with lock:  # no more spares than evaluations still to start: unused ones are wasted start-ups
             waiting[0] -= 1
             spares.keep = min(workers, waiting[0]) if warm_spares else 0
         try:
-            outcome: EvalResult | Exception = evaluate(req, settings, spares=spares)
+            outcome: EvalResult | Exception = evaluate(ready, settings, spares=spares)
         except Exception as exc:  # noqa: BLE001 - one candidate's failure is its outcome; the others go on
             outcome = exc
         if on_done:
@@ -463,7 +494,7 @@ def evaluate_many(requests: Iterable[EvalRequest], settings: Settings, *, worker
 
     try:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            return list(pool.map(one, items))
+            return list(pool.map(one, items, loaded))
     finally:
         spares.close()
 

@@ -35,7 +35,8 @@ from storage.sessions import set_session_status
 from storage.settings import Settings
 from tpu_runner.candidate.spares import SparePool
 from tpu_runner.hardware.targets import get_chip
-from tpu_runner.runner.job_kinds import EVALUATION_KINDS, ON_CHIP_KINDS, FollowUp, JobContext, JobHandler, JobRejected
+from tpu_runner.jobs.contract import FollowUp, JobContext, JobHandler, JobRejected
+from tpu_runner.runner.job_kinds import EVALUATION_KINDS, ON_CHIP_KINDS
 from tpu_runner.sandbox.process import kill_running_children
 
 log = logging.getLogger("kernelbot.runner")

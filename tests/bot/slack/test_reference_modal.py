@@ -37,7 +37,7 @@ from storage.settings import Settings, load_settings
 from tests.support.bot import Served, bot_app
 from tests.support.slack_http import command, submit_view
 from tpu_runner.hardware.targets import CHIPS
-from tpu_runner.runner.job_kinds import JobContext, JobRejected
+from tpu_runner.jobs.contract import JobContext, JobRejected
 from tpu_runner.tasks.reference_check import ReferenceCheck, files_digest, read_task_files
 
 GOOD = '''\
