@@ -48,9 +48,9 @@ def read_form(ctx: BotContext, context: BoltContext, body: dict[str, Any], view:
               problems_of: Callable[..., Mapping[str, str]]) -> None:
     """The listener middleware: the `SubmittedForm`, put in the request's context before either listener runs."""
     submission = parse(view)
-    context[FORM] = SubmittedForm(submission, dict(problems_of(submission,
-                                                               existing=saved_task_files(ctx, submission.name))),
-                                  user=str((body.get("user") or {}).get("id", "")), view_id=str(view.get("id", "")))
+    problems = problems_of(submission, existing=saved_task_files(ctx, submission.name))
+    user = str((body.get("user") or {}).get("id", ""))
+    context[FORM] = SubmittedForm(submission, dict(problems), user=user, view_id=str(view.get("id", "")))
     next_()
 
 
