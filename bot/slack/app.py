@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from slack_bolt import App
@@ -13,6 +12,7 @@ from sqlalchemy import Engine
 
 from bot.slack import listeners
 from bot.slack.channel_access import ChannelAccess
+from bot.slack.lanes import Lanes
 from bot.slack.listener_context import BotContext, GroupDirectory
 from bot.slack.steering import SteeringPolicy
 from bot.slack.visibility import ChannelDirectory
@@ -20,9 +20,7 @@ from storage.errors import KernelbotError
 from storage.settings import Settings
 
 RATE_LIMIT_RETRIES = 2  # 429s a listener's call waits out before it gives up
-
-
-LISTENER_THREADS = 16
+LISTENER_THREADS = 16  # the listeners' main lane (acks, clicks, events); slow work has lanes of its own
 
 
 class SlackSettingsError(KernelbotError, ValueError):
@@ -84,10 +82,13 @@ def build_app(settings: Settings, engine: Engine, *, suites: list[Path] | None =
         app_token(settings)
     if not socket_mode and not settings.slack_signing_secret:
         raise SlackSettingsError("SLACK_SIGNING_SECRET is not set: HTTP mode verifies every request with it")
-    # Clicks and thread replies record their decisions on Bolt's listener threads; Bolt's default five would let a
-    # few of them waiting on a locked database hold up every other listener's ack behind them.
+    # Clicks and thread replies record their decisions on the main lane's threads; Bolt's default five would let a
+    # few of them waiting on a locked database hold up every other listener's ack behind them. Slow work (lazy
+    # listeners: `/kernel` answers, checks, ports) runs in lanes of its own and never holds an ack up either.
+    # process_before_response stays False: Slack gets the ack as soon as the ack function calls ack(), while the
+    # rest of it and its lazy functions (started alongside it) go on; True would hold the ack until it returned.
     app = App(client=client, signing_secret=settings.slack_signing_secret or "unused-in-socket-mode",
               token_verification_enabled=False, process_before_response=False,
-              listener_executor=ThreadPoolExecutor(max_workers=LISTENER_THREADS, thread_name_prefix="bolt"))
+              listener_executor=Lanes(main_workers=LISTENER_THREADS))
     listeners.register(app, build_context(settings, engine, client, suites=suites, notify=notify))
     return app

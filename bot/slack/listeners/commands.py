@@ -1,12 +1,12 @@
-"""`/kernel`: acked at once with nothing, so Slack's 3 s deadline never waits on the database (SQLite queues
-writers behind one lock). A command that opens a modal opens it right after the ack (its trigger lives 3 s);
-every other command runs on the command workers and answers at the command's response_url, ephemerally, or in
-an ephemeral message when the response_url does not take it."""
+"""`/kernel`, as a Bolt lazy listener. The ack function acks at once with nothing, so Slack's 3 s deadline never
+waits on the database (SQLite queues writers behind one lock); a command that opens a modal opens it right after
+the ack (its trigger lives 3 s). The lazy function runs every other command in the `/kernel` lane and answers at
+the command's response_url, ephemerally, or in an ephemeral message when the response_url does not take it."""
 
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from slack_bolt import Ack, App, Respond
@@ -14,32 +14,50 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
 from bot.slack.kernel_commands import KernelCommands, OpenView
+from bot.slack.lanes import Lane, in_lane
 from bot.slack.listener_context import BotContext
 from bot.slack.slash import Command, UsageError, parse
 from storage.errors import KernelbotError, explain
 
 log = logging.getLogger("kernelbot.slack")
-COMMAND_WORKERS = 4  # commands answered at once; more wait their turn (the ack does not)
+COMMANDS_LANE = Lane("kernel-command", workers=4)  # commands answered at once; more wait their turn (the ack does not)
 
 
 def register(app: App, ctx: BotContext) -> None:
     commands = KernelCommands(ctx)
-    workers = ThreadPoolExecutor(max_workers=COMMAND_WORKERS, thread_name_prefix="kernel-command")
+    app.command("/kernel")(ack=partial(handle_kernel_command, commands),
+                           lazy=[in_lane(partial(answer_kernel_command, commands), COMMANDS_LANE)])
 
-    @app.command("/kernel")
-    def handle_kernel_command(ack: Ack, command: dict[str, Any], client: WebClient, respond: Respond) -> None:
-        ack()
-        user, channel, text = command.get("user_id", ""), command.get("channel_id", ""), command.get("text", "")
-        try:
-            parsed: Command | str = parse(text)
-        except UsageError as exc:
-            parsed = explain(exc)
-        view = commands.modal(parsed, channel=channel) if isinstance(parsed, Command) else None
-        if view is not None:
-            open_view(client, view, trigger_id=command.get("trigger_id", ""), respond=respond)
-            return
-        workers.submit(answer, commands, parsed, user=user, channel=channel, text=text, client=client,
-                       respond=respond)
+
+def read(text: str) -> Command | str:
+    """The parsed command, or the usage error that is its answer."""
+    try:
+        return parse(text)
+    except UsageError as exc:
+        return explain(exc)
+
+
+def form_of(commands: KernelCommands, parsed: Command | str, *, channel: str) -> OpenView | None:
+    return commands.modal(parsed, channel=channel) if isinstance(parsed, Command) else None
+
+
+def handle_kernel_command(commands: KernelCommands, ack: Ack, command: dict[str, Any], client: WebClient,
+                          respond: Respond) -> None:
+    """Ack; open the command's form if it has one (`answer_kernel_command` answers the others)."""
+    ack()
+    channel = command.get("channel_id", "")
+    view = form_of(commands, read(command.get("text", "")), channel=channel)
+    if view is not None:
+        open_view(client, view, trigger_id=command.get("trigger_id", ""), respond=respond)
+
+
+def answer_kernel_command(commands: KernelCommands, command: dict[str, Any], client: WebClient,
+                          respond: Respond) -> None:
+    """The lazy half: every command without a form, run and answered."""
+    user, channel, text = command.get("user_id", ""), command.get("channel_id", ""), command.get("text", "")
+    parsed = read(text)
+    if form_of(commands, parsed, channel=channel) is None:
+        answer(commands, parsed, user=user, channel=channel, text=text, client=client, respond=respond)
 
 
 def answer(commands: KernelCommands, parsed: Command | str, *, user: str, channel: str, text: str,

@@ -4,6 +4,7 @@ of its link buttons, which Slack sends although the button only opens a URL (ack
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Any
 
 from slack_bolt import Ack, App
@@ -50,14 +51,17 @@ def home_sessions(ctx: BotContext, user: str) -> tuple[list[HomeSession], list[H
 
 
 def register(app: App, ctx: BotContext) -> None:
-    @app.event("app_home_opened")
-    def handle_home_opened(event: dict[str, Any], client: WebClient) -> None:
-        if event.get("tab", "home") != "home":
-            return
-        user = str(event.get("user", ""))
-        recent, pending = home_sessions(ctx, user)
-        client.views_publish(user_id=user, view=build_home(user=user, recent=recent, pending=pending))
+    app.event("app_home_opened")(partial(handle_home_opened, ctx))
+    app.action(LINK_BUTTONS)(handle_link_button)
 
-    @app.action(LINK_BUTTONS)
-    def handle_link_button(ack: Ack) -> None:
-        ack()
+
+def handle_home_opened(ctx: BotContext, event: dict[str, Any], client: WebClient) -> None:
+    if event.get("tab", "home") != "home":
+        return
+    user = str(event.get("user", ""))
+    recent, pending = home_sessions(ctx, user)
+    client.views_publish(user_id=user, view=build_home(user=user, recent=recent, pending=pending))
+
+
+def handle_link_button(ack: Ack) -> None:
+    ack()

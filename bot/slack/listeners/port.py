@@ -1,10 +1,10 @@
 """The `/kernel port` form's submission and the buttons on the ported task.
 
 Static problems (no source, both a paste and a file, a bad or taken name, a syntax error) are shown next to their
-inputs at once. Otherwise the form becomes a "porting" view; in the background the bot makes sure it can post in the
-channel (the buttons start sessions there), an uploaded file is fetched with the bot token, the source is ported to a
-task, and the view becomes the new task with two buttons (start a HITL or an Auto session in the channel the form was
-opened in), or the form again with what went wrong.
+inputs at once. Otherwise the form becomes a "porting" view; then a Bolt lazy listener, in the port lane, makes sure
+the bot can post in the channel (the buttons start sessions there), fetches an uploaded file with the bot token, ports
+the source to a task, and turns the view into the new task with two buttons (start a HITL or an Auto session in the
+channel the form was opened in), or the form again with what went wrong.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 import re
 import tempfile
-import threading
 import urllib.error
 import urllib.request
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,9 @@ from agents.brains import BrainUnavailable, default_brain
 from agents.commands import start_session
 from agents.porter import SourceError, port_file, porter_brain
 from bot.slack.channel_access import ChannelUnavailable
+from bot.slack.lanes import Lane, in_lane
 from bot.slack.listener_context import BotContext
-from bot.slack.listeners.forms import accept_and_work, saved_task_files
+from bot.slack.listeners.forms import SubmittedForm, accept_form, read_form, saved_task_files
 from bot.slack.views.port_form import (
     FILE_MAX_BYTES,
     KINDS,
@@ -57,7 +58,7 @@ from tpu_runner.tasks.task import TaskError, load_task
 log = logging.getLogger("kernelbot.slack")
 ITERATIONS = 5
 DOWNLOAD_SECONDS = 30
-_PORTS = threading.BoundedSemaphore(2)  # ports at once on the serve host (each a sandboxed child); more wait
+PORTS_LANE = Lane("port", workers=2)  # ports at once on the serve host (each a sandboxed child); more wait their turn
 
 
 class UploadRefused(KernelbotError):
@@ -66,35 +67,21 @@ class UploadRefused(KernelbotError):
 
 
 def register(app: App, ctx: BotContext) -> None:
-    @app.view(PORT_CALLBACK)
-    def handle_port_submission(ack: Ack, body: dict[str, Any], view: dict[str, Any], client: WebClient) -> None:
-        submission = parse_submission(view)
-        accept_and_work(ack, body, view,
-                        problems=static_problems(submission, existing=saved_task_files(ctx, submission.name)),
-                        working_view=lambda: porting_view(submission), work=port_and_show,
-                        args=(ctx, client, submission), thread_name=f"port-{submission.name}")
-
-    def handle_start_button(ack: Ack, body: dict[str, Any], action: dict[str, Any], client: WebClient) -> None:
-        ack()
-        user = str((body.get("user") or {}).get("id", ""))
-        view_id = str((body.get("view") or {}).get("id") or (body.get("container") or {}).get("view_id") or "")
-        mode = MODES[action["action_id"]]
-        try:
-            task_name, channel = read_start_value(str(action.get("value", "")))
-        except ValueError as exc:
-            _show(client, view_id=view_id, view=start_failed_view(task="?", error=str(exc)), channel="", user=user,
-                  text=str(exc))
-            return
-        if view_id and not ctx.first_delivery(f"port-start:{view_id}"):
-            return  # a second click (or Slack's retry) on the same result: one session per ported result
-        view, text = start_on_ported(ctx, mode=mode, task_name=task_name, channel=channel, user=user)
-        _show(client, view_id=view_id, view=view, channel=channel, user=user, text=text)
-
+    app.view(PORT_CALLBACK, middleware=[partial(read_form, ctx, parse=parse_submission, problems_of=static_problems)])(
+        ack=partial(accept_form, working_view=porting_view),
+        lazy=[in_lane(partial(port_submission, ctx), PORTS_LANE)])
     for action_id in MODES:
-        app.action(action_id)(handle_start_button)
+        app.action(action_id)(partial(handle_start_button, ctx))
 
 
-# --- the submission, in the background ------------------------------------------------------------------------------
+# --- the submission, in the port lane -------------------------------------------------------------------------------
+
+
+def port_submission(ctx: BotContext, client: WebClient, submitted_form: SubmittedForm[PortSubmission]) -> None:
+    """The lazy half: an accepted form's source ported."""
+    if not submitted_form.problems:
+        port_and_show(ctx, client, submitted_form.submission, user=submitted_form.user,
+                      view_id=submitted_form.view_id)
 
 
 def port_and_show(ctx: BotContext, client: WebClient, submission: PortSubmission, *, user: str, view_id: str) -> None:
@@ -103,8 +90,7 @@ def port_and_show(ctx: BotContext, client: WebClient, submission: PortSubmission
         ctx.channels.require(submission.channel)
         with tempfile.TemporaryDirectory(prefix="kernelbot-port-") as scratch:
             kind, source, reference = write_sources(ctx, client, submission, Path(scratch))
-            with _PORTS:
-                result = port_source(ctx, source, kind=kind, name=submission.name, torch_reference=reference)
+            result = port_source(ctx, source, kind=kind, name=submission.name, torch_reference=reference)
         if result.ok:
             view = ported_view(result, channel=submission.channel, kind=kind, source_name=submission.source_name)
             text = (f"Ported *{submission.name}*; `/kernel new {submission.name}` or `/kernel auto "
@@ -212,6 +198,25 @@ def _safe_name(name: str) -> str:
 
 
 # --- the buttons -----------------------------------------------------------------------------------------------------
+
+
+def handle_start_button(ctx: BotContext, ack: Ack, body: dict[str, Any], action: dict[str, Any],
+                        client: WebClient) -> None:
+    """Start the session the button names, once per ported result, and show it in the modal."""
+    ack()
+    user = str((body.get("user") or {}).get("id", ""))
+    view_id = str((body.get("view") or {}).get("id") or (body.get("container") or {}).get("view_id") or "")
+    mode = MODES[action["action_id"]]
+    try:
+        task_name, channel = read_start_value(str(action.get("value", "")))
+    except ValueError as exc:
+        _show(client, view_id=view_id, view=start_failed_view(task="?", error=str(exc)), channel="", user=user,
+              text=str(exc))
+        return
+    if view_id and not ctx.first_delivery(f"port-start:{view_id}"):
+        return  # a second click (or Slack's retry) on the same result: one session per ported result
+    view, text = start_on_ported(ctx, mode=mode, task_name=task_name, channel=channel, user=user)
+    _show(client, view_id=view_id, view=view, channel=channel, user=user, text=text)
 
 
 def start_on_ported(ctx: BotContext, *, mode: str, task_name: str, channel: str,

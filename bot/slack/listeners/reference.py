@@ -1,26 +1,27 @@
 """The `/kernel new` reference form's submission.
 
 Static problems (syntax, missing functions, a bad name or tolerance) are shown next to their inputs at once.
-Otherwise the form becomes a "checking" view; in the background the bot makes sure it can post in the channel (the
-session's thread lives there), the reference is checked in a sandbox and the view becomes either the started HITL
-session or the form again, with what was typed and what went wrong.
+Otherwise the form becomes a "checking" view; then a Bolt lazy listener, in the reference-check lane, makes sure the
+bot can post in the channel (the session's thread lives there), checks the reference in a sandbox and turns the view
+into either the started HITL session or the form again, with what was typed and what went wrong.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
+from functools import partial
 from typing import Any
 
-from slack_bolt import Ack, App
+from slack_bolt import App
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
 from agents.brains import default_brain
 from agents.commands import start_session
 from bot.slack.channel_access import ChannelUnavailable
+from bot.slack.lanes import Lane, in_lane
 from bot.slack.listener_context import BotContext
-from bot.slack.listeners.forms import accept_and_work, saved_task_files
+from bot.slack.listeners.forms import SubmittedForm, accept_form, read_form
 from bot.slack.views.reference_form import (
     REFERENCE_CALLBACK,
     ReferenceSubmission,
@@ -36,17 +37,22 @@ from tpu_runner.tasks.task import TaskError, load_task
 
 log = logging.getLogger("kernelbot.slack")
 HITL_ITERATIONS = 5
-_CHECKS = threading.BoundedSemaphore(2)  # sandboxed checks at once on the serve host; more wait their turn
+CHECKS_LANE = Lane("reference-check", workers=2)  # sandboxed checks at once on the serve host; more wait their turn
 
 
 def register(app: App, ctx: BotContext) -> None:
-    @app.view(REFERENCE_CALLBACK)
-    def handle_reference_submission(ack: Ack, body: dict[str, Any], view: dict[str, Any], client: WebClient) -> None:
-        submission = parse_submission(view)
-        accept_and_work(ack, body, view,
-                        problems=static_problems(submission, existing=saved_task_files(ctx, submission.name)),
-                        working_view=lambda: checking_view(submission), work=check_and_start,
-                        args=(ctx, client, submission), thread_name=f"reference-check-{submission.name}")
+    app.view(REFERENCE_CALLBACK,
+             middleware=[partial(read_form, ctx, parse=parse_submission, problems_of=static_problems)])(
+        ack=partial(accept_form, working_view=checking_view),
+        lazy=[in_lane(partial(check_reference_submission, ctx), CHECKS_LANE)])
+
+
+def check_reference_submission(ctx: BotContext, client: WebClient,
+                               submitted_form: SubmittedForm[ReferenceSubmission]) -> None:
+    """The lazy half: an accepted form's reference checked, and the session started."""
+    if not submitted_form.problems:
+        check_and_start(ctx, client, submitted_form.submission, user=submitted_form.user,
+                        view_id=submitted_form.view_id)
 
 
 def check_and_start(ctx: BotContext, client: WebClient, submission: ReferenceSubmission, *, user: str,
@@ -56,8 +62,7 @@ def check_and_start(ctx: BotContext, client: WebClient, submission: ReferenceSub
     brain = submission.brain or default_brain(ctx.settings)
     try:
         ctx.channels.require(submission.channel)
-        with _CHECKS:
-            added = add_checked_task(files, dest=ctx.settings.home / "tasks" / submission.name, settings=ctx.settings)
+        added = add_checked_task(files, dest=ctx.settings.home / "tasks" / submission.name, settings=ctx.settings)
         if added.task_dir is None:
             error = added.check.error or "the check failed without saying why"
             view = reference_form(channel=submission.channel, values=submission, error=error)

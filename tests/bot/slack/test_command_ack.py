@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy.engine import make_url
 from sqlmodel import Session, select
 
+from bot.slack.app import LISTENER_THREADS
 from storage.connect import open_database
 from storage.models import KernelSession
 from storage.settings import Settings
@@ -64,6 +65,21 @@ def test_a_command_is_acked_under_a_locked_database_and_answered_once_it_is_free
     assert answer["response_type"] == "ephemeral" and "Started HITL session" in answer["text"]
     (record,) = sessions_of(app.settings)
     assert record.id in answer["text"] and (record.owner, record.slack_channel) == ("U1", "C1")
+
+
+def test_more_waiting_commands_than_listener_threads_are_all_acked_in_time(app: Served) -> None:
+    """Commands waiting on the database wait in their own lane: none holds a listener thread an ack needs."""
+    command(app.url, "help", fake=app.fake)
+    keys = [f"crowd-{i}" for i in range(LISTENER_THREADS + 4)]
+    with write_locked(app.settings):
+        for key in keys:
+            started = time.monotonic()
+            status, ack = send_command(app.url, "new softmax --brain offline", response_url=app.fake.response_url(key),
+                                       timeout=SLACK_ACK_SECONDS)
+            assert status == 200 and ack == {} and time.monotonic() - started < SLACK_ACK_SECONDS
+    answers = [app.fake.wait_response(key, timeout=30) for key in keys]
+    assert all("Started HITL session" in a["text"] for a in answers)
+    assert len(sessions_of(app.settings)) == len(keys)
 
 
 def test_a_form_opens_under_a_locked_database(app: Served) -> None:
