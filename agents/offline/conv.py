@@ -31,12 +31,12 @@ from agents.offline.expr import (
     FULL,
     ROW,
     SCALAR,
-    TO_HELPER,
     BlockCode,
     NotRecognised,
     as_typed,
     default_dtypes,
     dtype_space,
+    to_helper,
     unsupported,
 )
 from agents.offline.kernel_family import floor_in
@@ -715,7 +715,7 @@ def conv_source(spec: Conv, params: dict[str, Any], header: str, tunable_text: s
     imports = header.replace("import jax\n", "import functools\nimport itertools\nimport math\n\nimport jax\n", 1)
     return imports + tunable_text + f'''
 MODE = {spec.mode!r}  # {dict(tiled="no reduction", pool="a global pool", plane="plane statistics")[spec.mode]}
-{TO_HELPER}{_SPACE_TO_DEPTH if spec.strides else ""}
+{to_helper()}{_SPACE_TO_DEPTH if spec.strides else ""}
 
 def _round_up(n, b):
     return -(-n // b) * b
