@@ -9,7 +9,9 @@ family owns the primitives it claims (a convolution, a scan) and says why when i
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from tpu_runner.hardware.targets import ChipSpec
 
@@ -41,3 +43,21 @@ def floor_in(values: tuple[Any, ...], limit: float) -> Any:
     """The largest value of a TUNABLE axis not above `limit` (the smallest value when none is)."""
     fitting = [v for v in values if v <= limit]
     return max(fitting) if fitting else min(values)
+
+
+P = TypeVar("P")
+
+
+def as_tunable(params: Any) -> dict[str, Any]:
+    """A family's parameters (a frozen dataclass) as the TUNABLE values the plans, the search and the written
+    module pass around: each field under its upper-case name, in field order; a None field is not in this
+    kernel's space and is left out."""
+    values = {f.name.upper(): getattr(params, f.name) for f in fields(params)}
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def from_tunable(cls: type[P], values: Mapping[str, Any]) -> P:
+    """A family's parameters from TUNABLE values: the names of its fields, upper-cased (others are ignored, as the
+    written module ignores them)."""
+    names = {f.name.upper(): f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**{names[key]: value for key, value in values.items() if key in names})
