@@ -19,7 +19,7 @@ A plane statistic (instance norm) needs the whole plane: its position block is t
 The input is padded (channels to the sublane tile, positions past the last tap's reach) and the wide output is
 cropped with XLA ops outside the kernel; that traffic is counted in the reasons.
 
-Modules: `shape` (what was recognised, and the layout its sizes give), `code` (the epilogue as block code on a
+Modules: `shape` (what was recognised, and the layout its sizes give), `epilogue` (the epilogue as block code on a
 tile), `recognise`, `params` (the TUNABLE space and the brain's choice, typed), `source` (the kernel module's
 text), `helpers` (the kernel's fixed helpers as real functions), `family` (all of it as one FamilySpec).
 """

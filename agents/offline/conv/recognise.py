@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from agents.offline.conv.code import REDUCTIONS, ConvCode, depends_on_reduction
+from agents.offline.conv.epilogue import REDUCTIONS, ConvCode, depends_on_reduction
 from agents.offline.conv.family import Conv
 from agents.offline.conv.shape import PLANE, POOL, TILED, ConvOperand, value_kind
 from agents.offline.expr import FLOAT_DTYPES, FULL, ROW, SCALAR, NotRecognised, unsupported

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from agents.offline.conv.code import REDUCTIONS, ConvCode, depends_on_reduction
+from agents.offline.conv.epilogue import REDUCTIONS, ConvCode, depends_on_reduction
 from agents.offline.conv.params import ConvParams
 from agents.offline.conv.shape import (
     FULL,
