@@ -1,10 +1,16 @@
-"""What a kernel family written in its own module provides, so the brain, the planner and the emitter need no
-case for it.
+"""What a kernel family written in its own module or package provides, so the brain, the planner and the emitter
+need no case for it.
 
-A family module defines a frozen dataclass for what it recognised (a spec) with the methods below, and a
-recogniser `(program, output) -> spec` that raises NotRecognised when the program is not of its kind. It lists
-the recogniser in `families.RECOGNISERS`; `families.recognise` tries those before the built-in families, so a
-family owns the primitives it claims (a convolution, a scan) and says why when it cannot take a program.
+A family defines a frozen dataclass for what it recognised (a spec) with the methods below, and a recogniser
+`(program, output) -> spec` that raises NotRecognised when the program is not of its kind. It lists the
+recogniser in `families.RECOGNISERS`; `families.recognise` tries those before the built-in families, so a family
+owns the primitives it claims (a convolution, a scan) and says why when it cannot take a program.
+
+A family package (agents.offline.attention, agents.offline.conv) keeps one idea per module: what was recognised
+(shape), recognising it, the parameters (a typed frozen dataclass, its space and the brain's choice), the
+kernel's source, its fixed helpers as real functions (helpers) and the spec with the methods below (family). The
+parameters cross into the dicts of the plans, the search and the written module's TUNABLE block through
+`as_tunable` and `from_tunable`, here.
 """
 
 from __future__ import annotations
