@@ -17,12 +17,12 @@ from agents.offline.expr import (
     FULL,
     ROW,
     SCALAR,
-    SEGMENT_HELPERS,
-    SOURCE_HELPERS,
-    TO_HELPER,
     BlockCode,
     as_typed,
     dtype_space,
+    segment_helpers,
+    source_helpers,
+    to_helper,
 )
 from agents.offline.families import Matmul, Operand, Rowwise, Spec
 from agents.offline.kernel_family import FamilySpec
@@ -32,7 +32,6 @@ from agents.offline.tail import tail_lines, wrapper_tail
 _TRANSCENDENTAL = {"exp", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "rsqrt", "erf", "sin", "cos",
                    "exp2", "tan", "pow"}
 
-_HELPERS = SOURCE_HELPERS + TO_HELPER
 
 
 def _tunable(space: dict[str, tuple[Any, ...]], params: dict[str, Any]) -> str:
@@ -121,7 +120,7 @@ def rowwise_source(spec: Rowwise, params: dict[str, Any]) -> str:
     reshape_back = "main" if spec.out_kind == FULL else "main[:-1] + (1,)" if keeps_dims else "main[:-1]"
     cols_choice = "cols" if spec.reduces else "_block(cols, BLOCK_COLS, 128)"
     space = rowwise_space(spec)
-    helpers = _HELPERS + (SEGMENT_HELPERS if code.segments else "")
+    helpers = source_helpers() + to_helper() + (segment_helpers() if code.segments else "")
     return (_header("a row-wise kernel", spec) + _tunable(space, params) + "\n" + helpers + f'''
 
 def _kernel({", ".join(names)}, o_ref):
@@ -272,8 +271,8 @@ def matmul_source(spec: Matmul, params: dict[str, Any]) -> str:
     unpack = f"        {', '.join(extra)}, = refs[:-2]\n" if extra else ""
     return (_header("a matmul with its epilogue", spec).replace("import jax\n", "import functools\n\nimport jax\n", 1)
             + _tunable(space, params) + "\n"
-            + 'ACC_TYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}\n' + _HELPERS
-            + (SEGMENT_HELPERS if fused.segments or outside.segments else "") + f'''
+            + 'ACC_TYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}\n' + source_helpers() + to_helper()
+            + (segment_helpers() if fused.segments or outside.segments else "") + f'''
 
 def _kernel(lhs_ref, rhs_ref, *refs, sub):
     # refs: the epilogue's inputs (when it is fused), the output, the accumulator.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from agents.offline.helper_text import helper_source
 from agents.offline.program import Arg, Op, Value
 
 FULL, ROW, COL, SCALAR = "full", "row", "col", "scalar"
@@ -70,75 +71,25 @@ _FAMILY_HINTS = {
     "pad": "padding", "slice": "a slice",
 }
 FLOAT_DTYPES = ("float32", "bfloat16", "float16", "float64")
-# Helpers every written kernel module of the row-wise, matmul and scan families defines, as source text.
-SOURCE_HELPERS = '''
-
-def _block(dim, want, align):
-    """All of a dimension when it fits in `want`, else the largest aligned divisor up to `want`, else `want`
-    rounded to the alignment (the array is then padded to whole blocks)."""
-    if dim <= want:
-        return dim
-    size = max(align, want - want % align)
-    b = size
-    while b >= align:
-        if dim % b == 0:
-            return b
-        b -= align
-    return size
-
-
-def _padded(x, axis, size):
-    if x.shape[axis] == size:
-        return x
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = (0, size - x.shape[axis])
-    return jnp.pad(x, widths)
-
-
-def _round_up(n, b):
-    return -(-n // b) * b
-'''
-# Sums over groups of consecutive columns and their broadcast back, as matmuls with a 0/1 matrix: exact (one bf16
-# pass for bf16 values, three bf16 parts for f32 ones), with no reshape of the lanes. Written only where used.
-SEGMENT_HELPERS = '''
-
-def _seg_matrix(n, g, back=False):
-    """(n, n // g) ones where column j gathers lanes j*g .. j*g + g - 1; `back`: its transpose."""
-    shape = (n // g, n) if back else (n, n // g)
-    lane = lax.broadcasted_iota(jnp.int32, shape, 1 if back else 0)
-    group = lax.broadcasted_iota(jnp.int32, shape, 0 if back else 1)
-    return (lax.div(lane, g) == group).astype(jnp.bfloat16)
-
-
-def _exact_dot(x, m):
-    """x @ m in f32 for a 0/1 matrix m: one bf16 pass for bf16 x, three bf16 parts of an f32 x."""
-    dims = (((x.ndim - 1,), (0,)), ((), ()))
-    if x.dtype == jnp.bfloat16:
-        return lax.dot_general(x, m, dims, preferred_element_type=jnp.float32)
-    x = x.astype(jnp.float32)
-    hi = x.astype(jnp.bfloat16)
-    rest = x - hi.astype(jnp.float32)
-    mid = rest.astype(jnp.bfloat16)
-    lo = (rest - mid.astype(jnp.float32)).astype(jnp.bfloat16)
-    return sum(lax.dot_general(part, m, dims, preferred_element_type=jnp.float32) for part in (hi, mid, lo))
-
-
-def _seg_sum(x, g):
-    """The f32 sum of each group of g consecutive columns: (rows, cols) -> (rows, cols / g)."""
-    return _exact_dot(x, _seg_matrix(x.shape[-1], g))
-
-
-def _seg_expand(x, g):
-    """Each group's value on its g columns: (rows, cols / g) -> (rows, cols)."""
-    return _exact_dot(x, _seg_matrix(x.shape[-1] * g, g, back=True)).astype(x.dtype)
-'''
 DTYPE_CHOICES = ("reference", "float32")  # the values of a typed kernel's ELEMENTWISE_DTYPES
-TO_HELPER = '''
+_HELPERS = "agents.offline.kernel_helpers"
 
-def _to(x, dtype):
-    """x in the reference's float dtype, or in f32 throughout (ELEMENTWISE_DTYPES)."""
-    return jnp.asarray(x).astype(dtype if ELEMENTWISE_DTYPES == "reference" else jnp.float32)
-'''
+
+def source_helpers() -> str:
+    """The helpers every written kernel module of the row-wise, matmul and scan families defines (`_block`,
+    `_padded`, `_round_up`), as source text."""
+    return "\n\n" + helper_source(_HELPERS, "_block", "_padded", "_round_up") + "\n"
+
+
+def segment_helpers() -> str:
+    """Sums over groups of consecutive columns and their broadcast back (`_seg_sum`, `_seg_expand`), as source
+    text: written only where used."""
+    return "\n\n" + helper_source(_HELPERS, "_seg_matrix", "_exact_dot", "_seg_sum", "_seg_expand") + "\n"
+
+
+def to_helper() -> str:
+    """`_to`, through which a typed kernel writes each float value (ELEMENTWISE_DTYPES), as source text."""
+    return "\n\n" + helper_source(_HELPERS, "_to") + "\n"
 
 
 def as_typed(expr: str, dtype: str) -> str:
@@ -186,7 +137,7 @@ class BlockCode:
     groups: dict[int, int] = field(default_factory=dict)  # a SEG value's group size
     narrow: dict[int, str] = field(default_factory=dict)  # an f32 value widened from bf16: the bf16 expression
     expanded: dict[int, str] = field(default_factory=dict)  # a SEG value broadcast back to its columns
-    segments: bool = False  # the lines call SEGMENT_HELPERS
+    segments: bool = False  # the lines call segment_helpers()
 
     def ref(self, arg: Arg) -> str:
         if isinstance(arg, Value):

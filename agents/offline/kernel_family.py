@@ -1,15 +1,23 @@
-"""What a kernel family written in its own module provides, so the brain, the planner and the emitter need no
-case for it.
+"""What a kernel family written in its own module or package provides, so the brain, the planner and the emitter
+need no case for it.
 
-A family module defines a frozen dataclass for what it recognised (a spec) with the methods below, and a
-recogniser `(program, output) -> spec` that raises NotRecognised when the program is not of its kind. It lists
-the recogniser in `families.RECOGNISERS`; `families.recognise` tries those before the built-in families, so a
-family owns the primitives it claims (a convolution, a scan) and says why when it cannot take a program.
+A family defines a frozen dataclass for what it recognised (a spec) with the methods below, and a recogniser
+`(program, output) -> spec` that raises NotRecognised when the program is not of its kind. It lists the
+recogniser in `families.RECOGNISERS`; `families.recognise` tries those before the built-in families, so a family
+owns the primitives it claims (a convolution, a scan) and says why when it cannot take a program.
+
+A family package (agents.offline.attention, agents.offline.conv) keeps one idea per module: what was recognised
+(shape), recognising it, the parameters (a typed frozen dataclass, its space and the brain's choice), the
+kernel's source, its fixed helpers as real functions (helpers) and the spec with the methods below (family). The
+parameters cross into the dicts of the plans, the search and the written module's TUNABLE block through
+`as_tunable` and `from_tunable`, here.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from tpu_runner.hardware.targets import ChipSpec
 
@@ -41,3 +49,21 @@ def floor_in(values: tuple[Any, ...], limit: float) -> Any:
     """The largest value of a TUNABLE axis not above `limit` (the smallest value when none is)."""
     fitting = [v for v in values if v <= limit]
     return max(fitting) if fitting else min(values)
+
+
+P = TypeVar("P")
+
+
+def as_tunable(params: Any) -> dict[str, Any]:
+    """A family's parameters (a frozen dataclass) as the TUNABLE values the plans, the search and the written
+    module pass around: each field under its upper-case name, in field order; a None field is not in this
+    kernel's space and is left out."""
+    values = {f.name.upper(): getattr(params, f.name) for f in fields(params)}
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def from_tunable(cls: type[P], values: Mapping[str, Any]) -> P:
+    """A family's parameters from TUNABLE values: the names of its fields, upper-cased (others are ignored, as the
+    written module ignores them)."""
+    names = {f.name.upper(): f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**{names[key]: value for key, value in values.items() if key in names})

@@ -22,7 +22,7 @@ from typing import Any
 import ml_dtypes  # noqa: F401 - registers bfloat16 with numpy, for decoded constants and dtypes
 import numpy as np
 
-from agents.offline.attention import Attention, confirm
+from agents.offline.attention import Attention, confirm_attention
 from agents.offline.expr import NotRecognised
 from agents.offline.families import recognise
 from agents.offline.program import Draw, Op, Program, Value, trace
@@ -206,7 +206,7 @@ def _read(task_dir: str) -> dict[str, Any]:
             check = "attention-like, but no small inputs the reference accepts could be made to confirm it on"
         else:
             try:
-                confirm(fn, spec, list(config.values), config.static)
+                confirm_attention(fn, spec, list(config.values), config.static)
                 check = "agrees"
             except NotRecognised as exc:
                 check = str(exc)

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.offline.expr import FLOAT_DTYPES, FULL, SCALAR, SOURCE_HELPERS, BlockCode, NotRecognised, kind_of
+from agents.offline.expr import FLOAT_DTYPES, FULL, SCALAR, BlockCode, NotRecognised, kind_of, source_helpers
 from agents.offline.kernel_family import floor_in
 from agents.offline.program import Op, Program, Value, itemsize
 from tpu_runner.hardware.targets import ChipSpec
@@ -224,7 +224,7 @@ def _cumsum_source(spec: Cumsum, params: dict[str, Any], header: str, tunable_te
     out_bytes = itemsize(spec.output.dtype)
     return header.replace("import jax\n", "import functools\nimport math\n\nimport jax\n", 1) + tunable_text + f'''
 REVERSE = {reverse}
-{SOURCE_HELPERS}
+{source_helpers()}
 
 def _triangle(c):
     """The 0/1 matrix whose product with a chunk is the chunk's prefix sums (exact in bf16)."""
@@ -402,7 +402,7 @@ class Recurrence:
         spec = f"pl.BlockSpec((None, c, bl), lambda p, q, j: (p, {chunk_index}, q))"
         return header.replace("import jax\n", "import functools\nimport math\n\nimport jax\n", 1) + tunable_text + \
             f'''REVERSE = {self.reverse!r}
-{SOURCE_HELPERS}
+{source_helpers()}
 
 def _kernel(a_ref, x_ref, o_ref, h_ref, *, c, unroll):
     # a_ref, x_ref, o_ref: [c steps, bl features]; h_ref: [1, bl], h after the chunks before this one.

@@ -1,0 +1,225 @@
+"""The flash-attention kernel's source for a recognised attention: a grid over (batch, head group, query block, key
+block), the key axis last and 'arbitrary', a running max, sum and f32 accumulator in VMEM. The wrapper reads each
+input as its canonical (b, h, s, d) array, or a (b, s, h, d) one in place; the kernel replays the reference's score
+ops on each tile. Its fixed helpers are real functions in agents.offline.attention.helpers, pasted as their source.
+"""
+
+from __future__ import annotations
+
+from agents.offline.attention.params import AttentionParams
+from agents.offline.attention.shape import ROLES, AttentionShape, in_place
+from agents.offline.helper_text import helper_source
+from agents.offline.program import itemsize
+
+_HELPERS = "agents.offline.attention.helpers"
+_WALKS = ("_positions", "_starts", "_ends")  # the grid's walk, in a square causal and a rectangular variant
+
+
+def _helpers(paired: bool) -> str:
+    """The kernel's helpers before `_kernel`: the mask value, the grid's walk and the tile helpers."""
+    variant = "_paired" if paired else "_rectangle"
+    walk = tuple(variant + name for name in _WALKS)
+    return helper_source(_HELPERS, "MASK_VALUE", *walk, "_rows_from_lanes", "_stacked_bias", "_causal_mask",
+                         rename={variant + name: name for name in _WALKS})
+
+
+_NAMES = {"b": "batch", "h": "heads", "s": "seq", "d": "dv"}  # the output's role sizes in the wrapper
+_SIZE_INDEX = {"b": 0, "h": 1, "s": 2, "d": 3, "q": 2, "k": 3}  # a role's place in its `name`_sizes tuple
+
+
+def _sizes(name: str, arg: str, order: tuple[str, ...], roles: tuple[str, ...]) -> str:
+    """The wrapper's line naming the sizes of an input's roles (1 for a role it lacks)."""
+    index = [order.index(r) if r in order else -1 for r in roles]
+    return f"    {name}_sizes = tuple({arg}.shape[i] if i >= 0 else 1 for i in {index})\n"
+
+
+def _prepare(name: str, arg: str, order: tuple[str, ...], roles: tuple[str, ...], lanes: bool = False,
+             indent: str = "    ") -> str:
+    """The wrapper's line reading an input as the 4-D array of `roles`, or for the (b, s, h, d) layout in place
+    as (b, s, h x d), a head's dimension on the lanes."""
+    present = [r for r in order if r != "1"]
+    if lanes:
+        value = f"{arg}.reshape({name}_sizes[0], {name}_sizes[2], {name}_sizes[1] * {name}_sizes[3])"
+    else:
+        shape = "(" + ", ".join(f"{name}_sizes[{_SIZE_INDEX[r]}]" for r in roles) + ",)"
+        if present == [r for r in roles if r in present]:
+            value = f"{arg}.reshape({shape})"
+        else:
+            keep = [i for i, r in enumerate(order) if r != "1"]
+            perm = [present.index(r) for r in roles if r in present]
+            value = f"jnp.transpose({arg}.reshape([{arg}.shape[i] for i in {keep}]), {perm}).reshape({shape})"
+    return f"{indent}{name} = {value}\n"
+
+
+def _finish(spec: AttentionShape, lanes: bool) -> str:
+    """The wrapper's last lines: the kernel's output in the reference's layout and shape."""
+    final = "(" + ", ".join(" * ".join(_NAMES[r] for r in roles) or "1" for roles in spec.out_dims) + ",)"
+    if lanes:
+        return f"    return out.reshape({final})"
+    names = [r for r in spec.out_order if r != "1"]
+    present = [r for r in ROLES if r in names]
+    return (f"    out = out.reshape({'(' + ', '.join(_NAMES[r] for r in present) + ',)'})\n"
+            f"    return jnp.transpose(out, {[present.index(r) for r in names]}).reshape({final})")
+
+
+def _bias_spec(order: tuple[str, ...]) -> str:
+    """The bias's block over its 4-D (b, h, q, k) array and its index map (size-1 axes broadcast in the kernel)."""
+    present = {r for r in order if r != "1"}
+    block = ", ".join(["None", "hb" if "h" in present else "1", "block_q" if "q" in present else "1",
+                       "block_kv" if "k" in present else "1"])
+    index = ", ".join(["b" if "b" in present else "0", "hh" if "h" in present else "0",
+                       "q_at(i, j)" if "q" in present else "0", "kv_at(i, j)" if "k" in present else "0"])
+    return f"pl.BlockSpec(({block}), lambda b, hh, i, j: ({index}))"
+
+
+_ONES_SUM = '''    # p @ [V | 1]: the row sums come out of the MXU beside the output.
+    vv = jnp.concatenate([v_ref[...], jnp.ones_like(v_ref[...])], axis=1)
+    pv = lax.dot_general(p{cast}, vv, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+    l_ref[...] = alpha * l_ref[...] + pv[:, dv:dv + 1]
+    acc_ref[...] = alpha * acc_ref[...] + pv[:, :dv]
+'''
+_VPU_SUM = '''    l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=-1, keepdims=True)
+    acc_ref[...] = alpha * acc_ref[...] + lax.dot_general(p{cast}, v_ref[...], (((1,), (0,)), ((), ())),
+                                                          preferred_element_type=jnp.float32)
+'''
+
+
+def _score_lines(spec: AttentionShape) -> list[str]:
+    """The kernel's lines replaying the reference's ops on the score tile `s` (a leading scale went on q)."""
+    lines, leading = [], spec.folded_scale != 1.0
+    for op in spec.score_ops:
+        if op.kind == "scale" and leading:
+            continue
+        leading = False
+        if op.kind == "scale":
+            lines.append(f"    s = s * {op.value!r}")
+        elif op.kind == "bias":
+            lines.append("    s = s + _stacked_bias(bias_ref, hb, block_q, block_kv)")
+        elif spec.square_causal:  # only the diagonal block holds masked keys
+            lines.append("    s = lax.cond(kv == qi, functools.partial(_causal_mask, block_q=block_q, offset=0), "
+                         "lambda s: s, s)")
+        else:
+            lines.append("    s = _causal_mask(s, block_q=block_q, offset=qi * block_q - kv * block_kv)")
+    return lines
+
+
+def attention_source(spec: AttentionShape, params: AttentionParams, header: str, tunable_text: str) -> str:
+    """The kernel module: `header` and `tunable_text` (which carries `params` as the TUNABLE values the code
+    reads), the helpers, the kernel and the wrapper `computation`."""
+    args = ", ".join([f"a{i}" for i in range(spec.n_inputs)] + [f"s{i}" for i in range(spec.n_static)])
+    cast = ".astype(v_ref.dtype)" if spec.v_dtype in ("bfloat16", "float16") else ""
+    paired = spec.square_causal
+    folded = spec.folded_scale
+    q_lanes, k_lanes = in_place(spec.q_order, spec.head_dim), in_place(spec.k_order, spec.head_dim)
+    v_lanes, o_lanes = in_place(spec.v_order, spec.v_dim), in_place(spec.out_order, spec.v_dim)
+    bias = spec.bias is not None
+    q_read = "_rows_from_lanes(q_ref, hb, d)" if q_lanes else "q_ref[...].reshape(hb * block_q, d)"
+    if folded != 1.0:
+        q_read = f"({q_read}.astype(jnp.float32) * {folded!r}).astype(q_ref.dtype)"
+    store = ("        for h in range(hb):\n"
+             "            o_ref[:, h * dv:(h + 1) * dv] = out[h * block_q:(h + 1) * block_q].astype(o_ref.dtype)"
+             if o_lanes else "        o_ref[...] = out.reshape(o_ref.shape).astype(o_ref.dtype)")
+    q_spec = ("pl.BlockSpec((None, block_q, hb * d), lambda b, hh, i, j: (b, q_at(i, j), hh))" if q_lanes
+              else "pl.BlockSpec((None, hb, block_q, d), lambda b, hh, i, j: (b, hh, q_at(i, j), 0))")
+    k_spec = ("pl.BlockSpec((None, block_kv, d), lambda b, hh, i, j: (b, kv_at(i, j), kv_head(hh)))" if k_lanes
+              else "pl.BlockSpec((None, None, block_kv, d), lambda b, hh, i, j: (b, kv_head(hh), kv_at(i, j), 0))")
+    v_spec = ("pl.BlockSpec((None, block_kv, dv), lambda b, hh, i, j: (b, kv_at(i, j), kv_head(hh)))" if v_lanes
+              else "pl.BlockSpec((None, None, block_kv, dv), lambda b, hh, i, j: (b, kv_head(hh), kv_at(i, j), 0))")
+    o_spec = ("pl.BlockSpec((None, block_q, hb * dv), lambda b, hh, i, j: (b, q_at(i, j), hh))" if o_lanes
+              else "pl.BlockSpec((None, hb, block_q, dv), lambda b, hh, i, j: (b, hh, q_at(i, j), 0))")
+    o_shape = "(batch, seq, heads * dv)" if o_lanes else "(batch, heads, seq, dv)"
+    bias_prepare = (_sizes("bias", f"a{spec.bias}", spec.bias_order, ("b", "h", "q", "k"))
+                    + _prepare("bias", f"a{spec.bias}", spec.bias_order, ("b", "h", "q", "k"))) if bias else ""
+    bias_in_spec = f", {_bias_spec(spec.bias_order)}" if bias else ""
+    bias_bytes = " + bias.size * bias.dtype.itemsize * (batch if bias_sizes[0] == 1 else 1)" if bias else ""
+    halve = 2 if spec.causal else 1
+    grid = "(batch, heads // hb, (n_q + 1) // 2, n_q + 1)" if paired else "(batch, heads // hb, n_q, n_kv)"
+    sums = (_ONES_SUM if spec.v_dim % 128 == 0 else _VPU_SUM).format(cast=cast)
+    score_lines = "\n".join(_score_lines(spec))
+    header = header.replace("import jax\n", "import functools\n\nimport jax\n", 1)
+    return header + tunable_text + f'''
+{_helpers(paired)}
+
+
+def _kernel(q_ref, k_ref, v_ref, {"bias_ref, " if bias else ""}o_ref, m_ref, l_ref, acc_ref, *, block_q, block_kv, hb,
+            d, dv, n_q):
+    i, j = pl.program_id(2), pl.program_id(3)
+    qi, kv = _positions(i, j, n_q)
+
+    @pl.when(_starts(i, j, qi, kv))
+    def _init():
+        m_ref[...] = jnp.full_like(m_ref, MASK_VALUE)
+        l_ref[...] = jnp.zeros_like(l_ref)
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    q = {q_read}  # [hb * block_q, d]: the query heads of one K/V head, stacked as rows
+    dims = (((1,), (0,)), ((), ())) if TRANSPOSE_K else (((1,), (1,)), ((), ()))
+    s = lax.dot_general(q, k_ref[...], dims, preferred_element_type=jnp.float32)  # [hb * block_q, block_kv]
+{score_lines}
+    m_prev = m_ref[...]
+    m_new = jnp.maximum(m_prev, jnp.max(s, axis=-1, keepdims=True))
+    p = jnp.exp(s - m_new)
+    alpha = jnp.exp(m_prev - m_new)
+{sums}    m_ref[...] = m_new
+
+    @pl.when(_ends(i, j, qi, kv))
+    def _store():
+        out = acc_ref[...] / l_ref[...]  # [hb * block_q, dv]
+{store}
+
+
+{helper_source(_HELPERS, "_block")}
+
+
+def computation({args}):
+{_sizes("q", f"a{spec.q}", spec.q_order, ROLES)}{_sizes("k", f"a{spec.k}", spec.k_order, ROLES)}\
+{_sizes("v", f"a{spec.v}", spec.v_order, ROLES)}{_prepare("q", f"a{spec.q}", spec.q_order, ROLES, q_lanes)}\
+{_prepare("v", f"a{spec.v}", spec.v_order, ROLES, v_lanes)}{bias_prepare}    batch, heads, seq, d = q_sizes
+    kv_heads, kv_seq, dv = k_sizes[1], k_sizes[2], v_sizes[3]
+    group = heads // kv_heads
+    hb = HEADS_PER_STEP if group % HEADS_PER_STEP == 0 else 1
+    block_q = _block(seq, BLOCK_Q)
+    block_kv = {"block_q" if paired else "_block(kv_seq, BLOCK_KV)"}
+    if seq % block_q or kv_seq % block_kv:
+        raise ValueError(f"sequence lengths {{seq}}, {{kv_seq}} are not multiples of 128")
+    n_q, n_kv = seq // block_q, kv_seq // block_kv
+
+    def q_at(i, j):
+        return _positions(i, j, n_q)[0]
+
+    def kv_at(i, j):
+        return _positions(i, j, n_q)[1]
+
+    def kv_head(hh):
+        return lax.div(hh * hb, group)
+
+    if TRANSPOSE_K:
+{_prepare("k", f"a{spec.k}", spec.k_order, ("b", "h", "d", "s"), indent="        ")}\
+        k_spec = pl.BlockSpec((None, None, d, block_kv), lambda b, hh, i, j: (b, kv_head(hh), 0, kv_at(i, j)))
+    else:
+{_prepare("k", f"a{spec.k}", spec.k_order, ROLES, k_lanes, indent="        ")}\
+        k_spec = {k_spec}
+
+    def kernel(*refs):
+        return _kernel(*refs, block_q=block_q, block_kv=block_kv, hb=hb, d=d, dv=dv, n_q=n_q)
+
+    out = pl.pallas_call(
+        kernel,
+        grid={grid},
+        in_specs=[{q_spec}, k_spec,
+                  {v_spec}{bias_in_spec}],
+        out_specs={o_spec},
+        out_shape=jax.ShapeDtypeStruct({o_shape}, jnp.{spec.out_dtype}),
+        scratch_shapes=[pltpu.VMEM((hb * block_q, 1), jnp.float32), pltpu.VMEM((hb * block_q, 1), jnp.float32),
+                        pltpu.VMEM((hb * block_q, dv), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "parallel", "parallel", "arbitrary"),
+            vmem_limit_bytes=VMEM_LIMIT_BYTES),
+        cost_estimate=pl.CostEstimate(
+            flops=2 * batch * heads * seq * kv_seq * (d + dv) // {halve},
+            transcendentals=batch * heads * seq * kv_seq // {halve},
+            bytes_accessed=(q.size + (k.size + v.size) * n_q * (heads // hb) // kv_heads // {halve})
+            * q.dtype.itemsize + batch * heads * seq * dv * {itemsize(spec.out_dtype)}{bias_bytes}),
+    )(q, k, v{", bias" if bias else ""})
+{_finish(spec, o_lanes)}
+'''

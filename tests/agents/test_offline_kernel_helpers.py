@@ -1,0 +1,93 @@
+"""The helpers the offline brain pastes into its kernels are real functions: what is pasted is their own source,
+and they compute what their docstrings say (run here on the CPU, outside any kernel)."""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from agents.offline import kernel_helpers
+from agents.offline.attention import helpers as attention_helpers
+from agents.offline.conv import helpers as conv_helpers
+from agents.offline.helper_text import helper_source
+
+MODULES = (kernel_helpers, attention_helpers, conv_helpers)
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_what_is_pasted_is_each_functions_own_source(module: object) -> None:
+    functions = [(name, f) for name, f in vars(module).items()
+                 if inspect.isfunction(f) and f.__module__ == module.__name__]  # type: ignore[attr-defined]
+    assert functions
+    for name, function in functions:
+        assert helper_source(module.__name__, name) == inspect.getsource(function).rstrip("\n")  # type: ignore[attr-defined]
+
+
+def test_a_renamed_helper_keeps_its_body_under_the_kernels_name() -> None:
+    text = helper_source(attention_helpers.__name__, "_paired_ends", rename={"_paired_ends": "_ends"})
+    assert text == "def _ends(i, j, qi, kv):\n    return kv == qi"
+    with pytest.raises(KeyError, match="_nowhere"):
+        helper_source(attention_helpers.__name__, "_nowhere")
+
+
+def test_shared_block_sizes_and_padding() -> None:
+    assert kernel_helpers._block(100, 512, 128) == 100  # all of it fits
+    assert kernel_helpers._block(1536, 1024, 128) == 768  # the largest aligned divisor up to 1024
+    assert kernel_helpers._block(1000, 512, 128) == 512  # none divides: padded to whole blocks
+    assert kernel_helpers._round_up(5, 4) == 8
+    assert kernel_helpers._padded(jnp.ones((2, 3)), 1, 8).shape == (2, 8)
+
+
+def test_segment_sums_and_their_broadcast_back() -> None:
+    x = np.random.default_rng(0).standard_normal((8, 256)).astype(np.float32)
+    sums = kernel_helpers._seg_sum(jnp.asarray(x), 4)
+    np.testing.assert_allclose(np.asarray(sums), x.reshape(8, 64, 4).sum(-1), rtol=1e-5, atol=1e-5)
+    back = kernel_helpers._seg_expand(sums, 4)
+    np.testing.assert_allclose(np.asarray(back), np.repeat(np.asarray(sums), 4, axis=1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n_q", [1, 2, 3, 4, 7])
+def test_the_paired_causal_grid_visits_each_block_on_or_below_the_diagonal(n_q: int) -> None:
+    seen = []
+    for i, j in itertools.product(range((n_q + 1) // 2), range(n_q + 1)):
+        qi, kv = (int(v) for v in attention_helpers._paired_positions(i, j, n_q))
+        assert kv <= qi, (i, j, qi, kv)
+        seen.append((qi, kv))
+        if bool(attention_helpers._paired_starts(i, j, qi, kv)):
+            assert kv == 0  # a query block's row starts at its first key block
+    assert set(seen) == {(q, k) for q in range(n_q) for k in range(q + 1)}
+
+
+def test_causal_mask_on_stacked_heads() -> None:
+    s = jnp.zeros((2 * 4, 4))  # two heads of four queries, stacked as rows
+    kept = np.asarray(attention_helpers._causal_mask(s, block_q=4, offset=0)) == 0
+    triangle = np.tril(np.ones((4, 4), bool))
+    np.testing.assert_array_equal(kept, np.concatenate([triangle, triangle]))
+
+
+def test_attention_blocks() -> None:
+    assert attention_helpers._block(200, 512) == 200
+    assert attention_helpers._block(1024, 512) == 512
+    assert attention_helpers._block(384, 256) == 128
+
+
+def test_space_to_depth_keeps_a_strided_convolution() -> None:
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(rng.standard_normal((1, 2, 9, 7)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((3, 2, 3, 3)), jnp.float32)
+    strided = lax.conv_general_dilated(x, w, (2, 2), "VALID", precision=lax.Precision.HIGHEST)
+    xs, ws = conv_helpers._space_to_depth(x, w, (2, 2))
+    dense = lax.conv_general_dilated(xs, ws, (1, 1), "VALID", precision=lax.Precision.HIGHEST)
+    np.testing.assert_allclose(np.asarray(dense), np.asarray(strided), rtol=1e-4, atol=1e-4)
+
+
+def test_valid_mask_leaves_out_wide_and_padded_positions() -> None:
+    mask = np.asarray(conv_helpers._valid_mask((4, 5), (2, 3), 16)).reshape(-1)
+    want = [1.0 if p < 2 * 5 and p % 5 < 3 else 0.0 for p in range(16)]
+    np.testing.assert_array_equal(mask, want)
+    assert conv_helpers._padded(jnp.ones((2, 3)), 0, 8).shape == (8, 3)
