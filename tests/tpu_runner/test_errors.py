@@ -3,7 +3,8 @@ was raised; memory the checking machine ran out of is not the kernel's fault."""
 
 from __future__ import annotations
 
-from tpu_runner.evaluation.evaluate import checker_ran_out
+from tpu_runner.evaluation.evaluate import checker_ran_out, task_beyond_limits
+from tpu_runner.reference.store import ReferenceStopped
 from tpu_runner.reports.errors import from_exception
 from tpu_runner.reports.result import EvalError
 
@@ -26,3 +27,16 @@ def test_running_out_of_memory_off_the_chip_is_the_checkers_limit_and_on_it_the_
     oom = EvalError("hbm_oom", "RESOURCE_EXHAUSTED: Out of memory allocating 25770067152 bytes", None, "correctness")
     assert checker_ran_out(oom, "cpu") and not checker_ran_out(oom, "tpu")
     assert not checker_ran_out(EvalError("mismatch", "differs", None, "correctness"), "cpu")
+
+
+def test_a_candidate_stopped_where_the_reference_stops_too_is_told_as_the_tasks_size_with_both_reasons() -> None:
+    candidate = EvalError("memory_limit", "the evaluation used more than 24576 MiB of memory in the correctness stage "
+                          "and was stopped", None, "correctness")
+    reference = ReferenceStopped("the reference of task big used more than 24576 MiB of memory (reference outputs "
+                                 "big-0a1b); raise KERNELBOT_EVAL_MEMORY_MIB to evaluate it", "memory_limit")
+
+    said = task_beyond_limits(candidate, reference)
+
+    assert said.kind == "memory_limit" and said.stage == "correctness"
+    assert said.detail.startswith(candidate.detail) and str(reference) in said.detail
+    assert "says nothing of the kernel" in said.detail and "KERNELBOT_EVAL_MEMORY_MIB" in said.detail

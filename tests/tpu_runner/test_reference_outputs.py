@@ -13,7 +13,7 @@ from storage.settings import load_settings
 from tests.support.reference_tasks import reference_task
 from tpu_runner.checking.arrays import OutputSet, load_outputs
 from tpu_runner.checking.correctness import CandidateFailed, CandidateRun, Judge, ReferenceRun
-from tpu_runner.reference.store import ReferenceStore
+from tpu_runner.reference.store import ReferenceStopped, ReferenceStore
 from tpu_runner.tasks.inputs import EVALUATOR_CASES
 from tpu_runner.tasks.task import config_from_json
 
@@ -69,6 +69,68 @@ def test_a_reference_child_that_dies_keeps_the_tasks_it_finished_and_names_the_o
     assert set(files) == {"task", "normal", "uniform", "large"}
     assert all(parts["expected"] is not None and parts["expected"].is_file() for parts in files.values())
     assert all(parts["truth"] is not None and parts["truth"].is_file() for parts in files.values())
+
+
+
+def test_a_task_after_the_one_a_reference_child_died_on_gets_its_outputs_from_a_new_child(tmp_path: Path) -> None:
+    settings = load_settings({"KERNELBOT_HOME": str(tmp_path / "home")})
+    store = ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.sandbox_dir, limits=settings.limits)
+    dying = reference_task(tmp_path, "dies_at_outputs", DIES, description="tanh, whose get_inputs exits")
+    good = reference_task(tmp_path, "scale_rows", SCALE, description="2x+1")
+    assert store.prefetch([dying, good]) == {}
+
+    why = store.prefetch_outputs([dying, good])
+
+    assert list(why) == ["dies_at_outputs"]  # the task after it is not blamed for the child it did not reach
+    jobs = store.production_jobs(good)
+    assert all((settings.cache_dir / "reference_outputs" / f"{job.key}.json").is_file() for job in jobs)
+    files = store.outputs(good, jobs)[jobs[0].key]
+    assert all(parts["expected"] is not None and parts["expected"].is_file() for parts in files.values())
+
+
+# Values for real take ~2.4 GB of host memory: more than the limit the test gives the reference's child.
+HUGE = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def get_inputs():
+    x = jnp.ones((8, 128), jnp.float32)
+    if not isinstance(x, jax.core.Tracer):
+        np.ones(300_000_000).sum()
+    return [x], []
+
+
+def computation(x):
+    return x + 1.0
+"""
+
+
+def test_a_reference_stopped_at_the_memory_limit_is_remembered_until_the_limit_is_raised(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = load_settings({"KERNELBOT_HOME": str(tmp_path / "home")})
+    small = replace(settings.limits, memory_mib=1536)
+    store = ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.sandbox_dir, limits=small)
+    huge = reference_task(tmp_path, "huge_inputs", HUGE, description="x+1 after a large host allocation")
+    assert store.prefetch([huge]) == {}
+
+    why = store.prefetch_outputs([huge])
+
+    assert "the reference of task huge_inputs used more than 1536 MiB of memory" in why["huge_inputs"]
+    stopped = store.reference_stopped(huge)
+    assert stopped is not None and stopped.kind == "memory_limit" and str(stopped) == why["huge_inputs"]
+    import tpu_runner.reference.store as store_module
+
+    def no_child(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the reference's child ran again under the limit it stopped at")
+
+    monkeypatch.setattr(store_module, "run_child", no_child)
+    with pytest.raises(ReferenceStopped, match="used more than 1536 MiB"):
+        store.outputs(huge, store.production_jobs(huge))
+    raised = ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.sandbox_dir,
+                            limits=replace(small, memory_mib=8192))
+    assert raised.reference_stopped(huge) is None  # a larger limit is worth trying
 
 
 MATMUL = """

@@ -11,7 +11,6 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from storage.settings import EvalLimits
@@ -112,7 +111,7 @@ def run_candidate(request: CandidateRequest, *, pool: SparePool, limits: EvalLim
 
     on_chip = chip.runtime_files() if request.host == "tpu" else ()
     if on_chip:
-        limits = replace(limits, memory_mib=limits.memory_mib + chip.CHIP_MEMORY_MIB)
+        limits = chip.with_chip_memory(limits)
     outcome = child.run([str(request_path)], stage_file=workdir / "stage", limits=limits, on_stage=heard,
                         gate=gate, writable=(artifacts, *on_chip), should_stop=lambda: compiles.failed,
                         reads=untrusted_reads(Path(request.task_dir), private=private))

@@ -31,9 +31,9 @@ from tpu_runner.candidate.spares import SparePool
 from tpu_runner.candidate.static_check import StaticViolation, check_source
 from tpu_runner.checking.arrays import OutputSet, load_outputs
 from tpu_runner.checking.correctness import CandidateFailed, CandidateRun, Judge, ReferenceRun
-from tpu_runner.hardware.chip import ChipBusy
+from tpu_runner.hardware.chip import ChipBusy, with_chip_memory
 from tpu_runner.hardware.targets import ChipSpec, get_chip
-from tpu_runner.reference.store import output_key, reference_store
+from tpu_runner.reference.store import ReferenceStopped, output_key, reference_store
 from tpu_runner.reports.protocol import Budget, CandidateReport, CandidateRequest, CheckReport, OutputJob
 from tpu_runner.reports.result import Correctness, CorrectnessCase, EvalError, EvalResult, Host, Stage, Verdict, failure
 from tpu_runner.sandbox.process import ChildOutcome
@@ -194,7 +194,10 @@ class _Evaluation:
         if report is not None and report.chip_busy:
             raise ChipBusy(report.chip_busy)
         if report is None and not (outcome.stopped or compiles.failed):
-            stage, error = stopped_error(outcome, settings.limits.wall_seconds, settings.limits.memory_mib)
+            limits = with_chip_memory(settings.limits) if self.host == "tpu" else settings.limits
+            stage, error = stopped_error(outcome, limits.wall_seconds, limits.memory_mib)
+            if (stopped := self._reference_stopped(stage)) is not None:
+                return self._fail(stage, task_beyond_limits(error, stopped), "unverified")
             verdict: Verdict = "timeout" if error.kind == "timeout" else "crashed"
             return self._fail(stage, error, verdict)
         if report is not None:
@@ -257,6 +260,17 @@ class _Evaluation:
         self.stage("profile")
         profile["summary"] = summarise(profile)
         return self._verdict(correctness, perf, profile, ir_hash)
+
+    def _reference_stopped(self, stage: Stage) -> ReferenceStopped | None:
+        """Whether the task's own reference stops at this host's limits at the production shapes, asked when a
+        candidate's child stopped while running them on the chip (its outputs are computed now if they were not)."""
+        if self.host != "tpu" or stage not in ("correctness", "performance"):
+            return None
+        try:
+            self.store.outputs(self.task, self.store.production_jobs(self.task))
+        except ReferenceStopped as stopped:
+            return stopped
+        return None
 
     def _checker_limit(self, error: EvalError) -> EvalError:
         """Memory the checking machine ran out of, said as that and what would check the kernel instead."""
@@ -385,6 +399,14 @@ class _Evaluation:
         return EvalResult(task=self.task.task_id, target=chip.name, host=self.host, verdict=verdict,
                           stage="done", message=message, correctness=correctness, performance=perf, profile=profile,
                           notes=self.notes, timings=self.timings, ir_hash=ir_hash)
+
+
+def task_beyond_limits(error: EvalError, stopped: ReferenceStopped) -> EvalError:
+    """A candidate stopped where the task's own reference stops too: said as the task's size on this host, which
+    says nothing of the kernel."""
+    return EvalError(error.kind, f"{error.detail}; the task's own reference stops at this host's limits too "
+                     f"({stopped}), so this says nothing of the kernel.\nWhat decides it: the evaluation again with "
+                     f"the limit raised (KERNELBOT_EVAL_MEMORY_MIB, KERNELBOT_EVAL_TIMEOUT)", error.line, error.stage)
 
 
 def checker_ran_out(error: EvalError, host: str) -> bool:

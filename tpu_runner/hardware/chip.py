@@ -17,10 +17,11 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from storage.errors import KernelbotError
+from storage.settings import EvalLimits
 
 LOCK_PATH = Path("/tmp/kernelbot-tpu.lock")  # beside libtpu's own lockfile: one per host
 LIBTPU_LOCKFILE = Path("/tmp/libtpu_lockfile")  # libtpu's: taken by the process that opens the chip
@@ -33,6 +34,11 @@ QUEUED_STAGE = "queued"  # the stage a child reports while it waits for the chip
 _CHIP_FILE = re.compile(r"^/dev/(accel\d+|vfio/\d+)$")
 _POLL_SECONDS = 0.2
 
+
+
+def with_chip_memory(limits: EvalLimits) -> EvalLimits:
+    """The limits of a child that opens the chip: its hold on the chip is resident memory beyond the evaluation's."""
+    return replace(limits, memory_mib=limits.memory_mib + CHIP_MEMORY_MIB)
 
 class ChipBusy(KernelbotError, RuntimeError):
     """The chip is held by another process and was not free in time."""

@@ -24,7 +24,7 @@ import jax
 
 from storage.settings import EvalLimits, Settings
 from tpu_runner.compiler.service import CompileAnswer, CompileService
-from tpu_runner.hardware.chip import CHIP_MEMORY_MIB, ChipBusy, runtime_files
+from tpu_runner.hardware.chip import ChipBusy, runtime_files, with_chip_memory
 from tpu_runner.hardware.targets import ChipSpec
 from tpu_runner.reports.protocol import ExportedTask, OutputJob, ReferenceReport, ReferenceRequest, write_json
 from tpu_runner.sandbox.process import ChildOutcome, child_environment, run_child, untrusted_reads
@@ -52,16 +52,25 @@ def output_key(task: Task, config: dict[str, Any], values_from: str | None, nume
     return f"{task.task_id}-{hashlib.sha256(text.encode()).hexdigest()[:20]}"
 
 
-def _stopped(outcome: ChildOutcome, task: Task, limits: EvalLimits) -> str:
+class ReferenceStopped(TaskError):
+    """The reference's child stopped at a limit of this host (memory or time) while computing a task's outputs:
+    a fact of the task on this host, kept so that a candidate's failure at the same limit is not blamed on it."""
+
+    def __init__(self, why: str, kind: str):
+        super().__init__(why)
+        self.kind = kind
+
+
+def _stopped(outcome: ChildOutcome, task: Task, limits: EvalLimits) -> TaskError:
     stop = outcome.why_stopped(wall_seconds=limits.wall_seconds, memory_mib=limits.memory_mib)
     if stop.kind == "timeout":
-        return (f"the reference of task {task.task_id} {stop.how} ({stop.doing}); "
-                "raise KERNELBOT_EVAL_TIMEOUT or make its check shapes smaller")
+        return ReferenceStopped(f"the reference of task {task.task_id} {stop.how} ({stop.doing}); "
+                                "raise KERNELBOT_EVAL_TIMEOUT or make its check shapes smaller", stop.kind)
     if stop.kind == "memory_limit":
-        return (f"the reference of task {task.task_id} {stop.how} ({stop.doing}); raise "
-                "KERNELBOT_EVAL_MEMORY_MIB to evaluate it")
-    return f"the reference's process of task {task.task_id} {stop.how} ({stop.doing}) without a result:\n" \
-        + stop.tail[-1500:]
+        return ReferenceStopped(f"the reference of task {task.task_id} {stop.how} ({stop.doing}); raise "
+                                "KERNELBOT_EVAL_MEMORY_MIB to evaluate it", stop.kind)
+    return TaskError(f"the reference's process of task {task.task_id} {stop.how} ({stop.doing}) without a "
+                     "result:\n" + stop.tail[-1500:])
 
 
 def _task_at(stage: str | None, tasks: list[Task]) -> Task:
@@ -94,22 +103,25 @@ class ReferenceStore:
         write_json(scratch / "request.json", request)
         env = child_environment(workdir=scratch, llo_dump_dir=None, on_tpu=on_chip, target_accelerator="v6e-1")
         # On the chip one child computes the production outputs of every task asked for: a wall limit each.
-        limits = replace(self.limits, memory_mib=self.limits.memory_mib + CHIP_MEMORY_MIB,
-                         wall_seconds=self.limits.wall_seconds * len(tasks)) if on_chip else self.limits
+        limits = replace(with_chip_memory(self.limits), wall_seconds=self.limits.wall_seconds * len(tasks)) \
+            if on_chip else self.limits
         outcome = run_child(module="tpu_runner.reference.child", args=[str(scratch / "request.json")],
                             workdir=scratch, env=env, limits=limits, writable=runtime_files() if on_chip else (),
                             reads=untrusted_reads(*(t.path for t in tasks),
                                                   private=(self.cache_dir, self.sandbox_dir.parent)))
         path = scratch / "reference_report.json"
         if outcome.returncode != 0 or not path.is_file() or outcome.timed_out or outcome.memory_exceeded:
-            why = _stopped(outcome, _task_at(outcome.stage, tasks), self.limits)
-            if strict or not path.is_file():
+            report = ReferenceReport.read(path) if path.is_file() else ReferenceReport()  # what it finished is kept
+            pending = [t for t in tasks if str(t.path) not in report.finished and str(t.path) not in
+                       report.output_errors]
+            at = _task_at(outcome.stage, pending or tasks)
+            error = _stopped(outcome, at, limits)
+            if isinstance(error, ReferenceStopped) and jobs:
+                self._remember_stop(at, error)
+            if strict:
                 shutil.rmtree(scratch, ignore_errors=True)
-                raise TaskError(why)
-            report = ReferenceReport.read(path)  # the tasks it finished before it stopped are kept
-            for task in tasks:
-                if str(task.path) not in report.finished:
-                    report.output_errors[str(task.path)] = why
+                raise error
+            report.output_errors[str(at.path)] = str(error)  # the tasks after it were not reached: not failed
             return report, scratch
         report = ReferenceReport.read(path)
         if report.chip_busy:
@@ -204,6 +216,8 @@ class ReferenceStore:
         root.mkdir(parents=True, exist_ok=True)
         with _lock(f"outputs-{task.task_id}-{task.digest}"):
             missing = [job for job in jobs if not (root / f"{job.key}.json").is_file()]
+            if missing and (stopped := self.reference_stopped(task)) is not None:
+                raise stopped
             if missing:
                 report, scratch = self._run([task], export=False, jobs=missing)
                 try:
@@ -238,14 +252,45 @@ class ReferenceStore:
                 wanted.extend(jobs)
         if not wanted:
             return {}
-        report, scratch = self._run(todo, export=False, jobs=wanted, strict=False)
-        try:
-            self._keep_outputs(report, scratch, [j for j in wanted if str(todo[j.task].path) not in
-                                                 report.output_errors])
-            by_dir = {str(t.path): t.task_id for t in todo}
-            return {by_dir.get(d, d): why for d, why in report.output_errors.items()}
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+        failed: dict[str, str] = {}
+        while todo:  # a child that stops at one task is started again for the tasks it did not reach
+            report, scratch = self._run(todo, export=False, jobs=wanted, strict=False)
+            try:
+                done = set(report.finished) - set(report.output_errors)
+                self._keep_outputs(report, scratch, [j for j in wanted if str(todo[j.task].path) in done])
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            failed.update({t.task_id: report.output_errors[str(t.path)] for t in todo
+                           if str(t.path) in report.output_errors})
+            left = [t for t in todo if str(t.path) not in report.finished and str(t.path) not in report.output_errors]
+            index = {str(t.path): i for i, t in enumerate(left)}
+            wanted = [replace(j, task=index[str(todo[j.task].path)]) for j in wanted if str(todo[j.task].path) in index]
+            todo = left
+        return failed
+
+    # A task's outputs that stopped the reference's child at a limit of this host: kept beside the outputs, so a
+    # candidate stopped at the same limit is judged knowing it (and the reference is not run again in vain).
+    def _stop_record(self, task: Task) -> Path:
+        return self.cache_dir / "reference_outputs" / f"{task.task_id}-{task.digest[:16]}-{self.numerics}.stopped"
+
+    def _remember_stop(self, task: Task, error: ReferenceStopped) -> None:
+        record = self._stop_record(task)
+        record.parent.mkdir(parents=True, exist_ok=True)
+        tmp = record.with_suffix(f".{uuid.uuid4().hex[:6]}.tmp")
+        tmp.write_text(json.dumps({"why": str(error), "kind": error.kind, "memory_mib": self.limits.memory_mib,
+                                   "wall_seconds": self.limits.wall_seconds}))
+        tmp.replace(record)
+
+    def reference_stopped(self, task: Task) -> ReferenceStopped | None:
+        """How the reference's outputs of `task` stopped at a limit of this host, when they did under limits no
+        larger than today's (raising a limit makes it worth trying again)."""
+        record = self._stop_record(task)
+        if not record.is_file():
+            return None
+        data = json.loads(record.read_text())
+        if self.limits.memory_mib > data["memory_mib"] or self.limits.wall_seconds > data["wall_seconds"]:
+            return None
+        return ReferenceStopped(data["why"], data["kind"])
 
     def _keep_outputs(self, report: ReferenceReport, scratch: Path, jobs: list[OutputJob]) -> None:
         """Move a reference run's output files into the cache, each job's index last and whole."""
