@@ -7,7 +7,7 @@ Here, at the bottom layer, so that every package may raise them:
 
     KernelbotError
     ├── storage:    SettingsError, SchemaOutdated, SchemaNewer, JobNotFound, BlobError
-    ├── tpu_runner: TaskError, KernelFileError, UnknownTarget, ChipBusy, PortUnavailable
+    ├── tpu_runner: TaskError (ReferenceStopped), KernelFileError, UnknownTarget, ChipBusy, PortUnavailable
     ├── agents:     BrainError, BrainUnavailable, SearchError, DecisionRejected, SessionStopped, SourceError
     └── bot:        UsageError, ChannelUnavailable, SlackSettingsError, CronError, UploadRefused
 """

@@ -56,7 +56,10 @@ class ReferenceStopped(TaskError):
     """The reference's child stopped at a limit of this host (memory or time) while computing a task's outputs:
     a fact of the task on this host, kept so that a candidate's failure at the same limit is not blamed on it."""
 
-    def __init__(self, why: str, kind: str):
+    next_step = ("raise the limit the message names (KERNELBOT_EVAL_MEMORY_MIB or KERNELBOT_EVAL_TIMEOUT), or "
+                 "evaluate the task on a host with more memory")
+
+    def __init__(self, why: str, kind: str = "memory_limit"):
         super().__init__(why)
         self.kind = kind
 
