@@ -22,9 +22,8 @@ from typing import Any
 from storage.errors import KernelbotError
 from storage.settings import EvalLimits, Settings
 from tpu_runner import lazy_exports
-from tpu_runner.sandbox.process import ChildOutcome, run_one_shot
-from tpu_runner.tasks.reference_check import AddedTask, add_checked_task
-from tpu_runner.tasks.task import TaskError
+from tpu_runner.sandbox import ChildOutcome, run_one_shot
+from tpu_runner.tasks import AddedTask, TaskError, add_checked_task
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {"identifier": "emit"}, defined_here=(
     "EXTRA", "PORT_SECONDS", "PortError", "PortResult", "PortUnavailable", "check_against_pytorch", "describe_module",
