@@ -21,8 +21,8 @@ from agents import subagents
 from agents.auto_decide import AutoConfig, StepRecord, next_action, progress
 from agents.brain import AnswerError, Brain, BrainError, BudgetExceeded
 from storage import sessions
-from tpu_runner.jobs.contract import evaluation_record
-from tpu_runner.reports.result import EvalError, EvalResult
+from tpu_runner.jobs import evaluation_record
+from tpu_runner.reports import EvalError, EvalResult
 
 StageCallback = Callable[[str], None]
 

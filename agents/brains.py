@@ -7,8 +7,8 @@ from agents.offline.brain import NotRecognised, offline_brain
 from agents.offline.families import FAMILIES
 from storage.errors import KernelbotError
 from storage.settings import Settings
-from tpu_runner.hardware.targets import ChipSpec
-from tpu_runner.tasks.task import Task
+from tpu_runner.hardware import ChipSpec
+from tpu_runner.tasks import Task
 
 BRAINS = ("anthropic", "offline")
 

@@ -14,8 +14,8 @@ from agents.search import start_search, stop_search
 from agents.search_decide import SearchConfig
 from storage import queue, sessions
 from storage.models import Decision, KernelSession
-from tpu_runner.jobs.contract import FollowUp
-from tpu_runner.tasks.task import Task, load_task
+from tpu_runner.jobs import FollowUp
+from tpu_runner.tasks import Task, load_task
 
 ADVANCE_KIND = {"hitl": "hitl_advance", "auto": "auto_session"}
 FINISHED = ("done", "cancelled", "failed")

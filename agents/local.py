@@ -16,7 +16,7 @@ from storage import sessions
 from storage.errors import KernelbotError
 from storage.models import Job
 from storage.settings import Settings
-from tpu_runner.runner.daemon import RunnerConfig, RunnerDaemon, describe_host
+from tpu_runner.runner import RunnerConfig, RunnerDaemon, describe_host
 
 
 class SessionStopped(KernelbotError, RuntimeError):

@@ -33,9 +33,8 @@ from agents.subagents import code_blocks
 from storage.errors import KernelbotError
 from storage.settings import Settings
 from tpu_runner.porting import PortError, PortResult, check_against_pytorch, describe_module, port_pytorch
-from tpu_runner.tasks.pysource import parse as parse_source
-from tpu_runner.tasks.reference_check import AddedTask, add_checked_task
-from tpu_runner.tasks.task import TaskError
+from tpu_runner.tasks import AddedTask, TaskError, add_checked_task
+from tpu_runner.tasks import parse as parse_source
 
 KINDS = ("pytorch", "cuda", "triton")
 LABELS = {"cuda": "CUDA C++", "triton": "Triton"}

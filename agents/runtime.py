@@ -12,10 +12,11 @@ from agents.auto_decide import AutoConfig
 from agents.brain import Brain
 from agents.task_context import task_context
 from storage.settings import Settings
-from tpu_runner.candidate.spares import SparePool
-from tpu_runner.evaluation.evaluate import EvalRequest, KernelSource, evaluate
-from tpu_runner.hardware.targets import ChipSpec
-from tpu_runner.tasks.task import Configuration, Task
+from tpu_runner.candidate import SparePool
+from tpu_runner.evaluation import EvalRequest, KernelSource
+from tpu_runner.evaluation.evaluate import evaluate
+from tpu_runner.hardware import ChipSpec
+from tpu_runner.tasks import Configuration, Task
 
 
 def build_loop(machine: type[AutoLoop], *, engine: Engine, brain: Brain, task: Task, chip: ChipSpec,

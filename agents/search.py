@@ -23,7 +23,7 @@ from agents.session_task import carried_files
 from storage import queue, sessions
 from storage.errors import KernelbotError
 from storage.models import Candidate, Evaluation, Job, KernelSession
-from tpu_runner.tasks.task import Task
+from tpu_runner.tasks import Task
 
 NODE_JOB = "search_node"
 

@@ -21,12 +21,13 @@ from agents.task_context import task_context
 from storage import sessions
 from storage.models import Candidate, Evaluation, KernelSession
 from storage.settings import Settings
-from tpu_runner.candidate.spares import SparePool
-from tpu_runner.evaluation.evaluate import EvalRequest, KernelSource, evaluate
-from tpu_runner.hardware.targets import UnknownTarget, get_chip
-from tpu_runner.jobs.contract import evaluation_record
-from tpu_runner.reports.result import EvalError
-from tpu_runner.tasks.task import Task, TaskError
+from tpu_runner.candidate import SparePool
+from tpu_runner.evaluation import EvalRequest, KernelSource
+from tpu_runner.evaluation.evaluate import evaluate
+from tpu_runner.hardware import UnknownTarget, get_chip
+from tpu_runner.jobs import evaluation_record
+from tpu_runner.reports import EvalError
+from tpu_runner.tasks import Task, TaskError
 
 BrainFactory = Callable[[KernelSession, Task], Brain]  # the session's brain, for its loaded task
 

@@ -22,11 +22,11 @@ from agents.session_task import session_task
 from storage import sessions
 from storage.connect import open_database
 from storage.models import KernelSession, SessionEvent
-from tpu_runner.hardware.targets import get_chip
-from tpu_runner.jobs.contract import JobContext, JobKinds, JobOutcome, JobRejected, compose, load_job_modules
-from tpu_runner.reference.store import production_configurations
-from tpu_runner.runner.job_kinds import EVALUATION_KINDS
-from tpu_runner.tasks.task import Configuration, Task, TaskError
+from tpu_runner.hardware import get_chip
+from tpu_runner.jobs import JobContext, JobKinds, JobOutcome, JobRejected, compose, load_job_modules
+from tpu_runner.reference import production_configurations
+from tpu_runner.runner import EVALUATION_KINDS
+from tpu_runner.tasks import Configuration, Task, TaskError
 
 _engines: dict[str, Engine] = {}
 AGENT_KINDS = JobKinds()

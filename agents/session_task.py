@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from storage.models import KernelSession
-from tpu_runner.tasks.reference_check import files_digest, read_task_files, write_task
-from tpu_runner.tasks.task import Task, load_task
+from tpu_runner.tasks import Task, files_digest, load_task, read_task_files, write_task
 
 
 def carried_files(task: Task) -> dict[str, str] | None:

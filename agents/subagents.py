@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from agents.brain import AnswerError, AnswerForm, Brain, BrainReply, BrainRequest, Tool
-from tpu_runner.reports.result import EvalError
+from tpu_runner.reports import EvalError
 
 PLAN_SECTIONS = ("analysis", "strategy", "tiling and memory", "pipelining", "expected impact", "risks")
 _CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 from agents.subagents import TaskContext
 from storage.settings import Settings
-from tpu_runner.hardware.targets import ChipSpec
-from tpu_runner.reference.store import production_configurations
-from tpu_runner.tasks.task import Configuration, Task
+from tpu_runner.hardware import ChipSpec
+from tpu_runner.reference import production_configurations
+from tpu_runner.tasks import Configuration, Task
 
 
 def task_context(task: Task, chip: ChipSpec, settings: Settings, *,

@@ -16,7 +16,7 @@ import itertools
 import random
 from typing import Any
 
-from tpu_runner.tasks.pysource import parse as parse_source
+from tpu_runner.tasks import parse as parse_source
 
 Params = dict[str, Any]
 Space = dict[str, tuple[Any, ...]]

@@ -47,7 +47,7 @@ def entries() -> list[dict[str, str]]:
 def judge(requests: list[dict[str, str]], out: Path, workers: int) -> None:
     """Driver mode, run with the evaluator under test first on sys.path: every request's verdict to `out`."""
     from storage.settings import load_settings
-    from tpu_runner.evaluation.evaluate import EvalRequest, evaluate_many
+    from tpu_runner.evaluation import EvalRequest, evaluate_many
 
     settings = load_settings(dict(os.environ))
     reqs = [EvalRequest(Path(r["task"]), Path(r["kernel"]), "v6e") for r in requests]

@@ -33,11 +33,11 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from storage.settings import load_settings  # noqa: E402
-from tpu_runner.compiler.service import CompileAnswer, compile_service  # noqa: E402
-from tpu_runner.hardware.targets import get_chip  # noqa: E402
-from tpu_runner.reference.store import reference_store  # noqa: E402
-from tpu_runner.tasks.task import load_task  # noqa: E402
-from tpu_runner.timing.model import programs_time, static_profile_time  # noqa: E402
+from tpu_runner.compiler import CompileAnswer, compile_service  # noqa: E402
+from tpu_runner.hardware import get_chip  # noqa: E402
+from tpu_runner.reference import reference_store  # noqa: E402
+from tpu_runner.tasks import load_task  # noqa: E402
+from tpu_runner.timing import programs_time, static_profile_time  # noqa: E402
 
 SUITE = Path(__file__).resolve().parent / "measured"
 WITHIN = (0.8, 1.25)
@@ -188,8 +188,8 @@ def _export(fn, shapes: list[tuple[int, ...]], chip, workdir: Path, name: str):
     import jax
     import jax.numpy as jnp
 
-    from tpu_runner.analysis.traffic import pallas_traffic
-    from tpu_runner.candidate.child import target_context
+    from tpu_runner.analysis import pallas_traffic
+    from tpu_runner.candidate import target_context
 
     args = [jax.ShapeDtypeStruct(s, jnp.bfloat16) for s in shapes]
     with target_context(chip, False):
@@ -204,7 +204,7 @@ def pallas_fidelity(as_json: bool) -> None:
     import jax
     import jax.numpy as jnp
 
-    from tpu_runner.timing.performance import grid_steps
+    from tpu_runner.timing import grid_steps
 
     jax.config.update("jax_export_ignore_forward_compatibility", True)
     guide = json.loads(GUIDE.read_text())

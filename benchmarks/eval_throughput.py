@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from storage.settings import load_settings
-from tpu_runner.evaluation.evaluate import EvalRequest, evaluate_many
-from tpu_runner.reports.result import EvalResult
+from tpu_runner.evaluation import EvalRequest, evaluate_many
+from tpu_runner.reports import EvalResult
 
 TASKS = Path(__file__).resolve().parent.parent / "tasks"
 DEFAULT_TASKS = "softmax,layer_norm,rms_norm,fused_elementwise,cross_entropy,matmul_bf16"

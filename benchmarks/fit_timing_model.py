@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tpu_runner.compiler.service import CompileAnswer  # noqa: E402
-from tpu_runner.hardware.targets import get_chip  # noqa: E402
+from tpu_runner.compiler import CompileAnswer  # noqa: E402
+from tpu_runner.hardware import get_chip  # noqa: E402
 from tpu_runner.timing import calibration  # noqa: E402
 from tpu_runner.timing import model as timing_model
 

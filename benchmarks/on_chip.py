@@ -41,10 +41,10 @@ sys.path.insert(0, str(REPO))
 import yaml  # noqa: E402
 
 from storage.settings import Settings, load_settings  # noqa: E402
-from tpu_runner.evaluation.evaluate import EvalRequest, describe_tasks, evaluate_many  # noqa: E402
-from tpu_runner.hardware.targets import ChipSpec, get_chip  # noqa: E402
-from tpu_runner.reports.result import EvalResult  # noqa: E402
-from tpu_runner.tasks.task import TaskError, load_task  # noqa: E402
+from tpu_runner.evaluation import EvalRequest, describe_tasks, evaluate_many  # noqa: E402
+from tpu_runner.hardware import ChipSpec, get_chip  # noqa: E402
+from tpu_runner.reports import EvalResult  # noqa: E402
+from tpu_runner.tasks import TaskError, load_task  # noqa: E402
 
 SUITES = {"measured": REPO / "benchmarks" / "measured", "tasks": REPO / "tasks"}
 FAITHFUL = (0.8, 1.25)  # an estimate this close to the measured speedup (as a ratio) counts as faithful

@@ -4,10 +4,10 @@ and after the comparison was made blockwise and parallel.
 On a TPU host candidates are checked at their production shapes: every case's inputs are drawn (in the reference's
 child and the candidate's, now while the chip works on the case before) and every output is compared with the
 reference's (in the evaluator). This times both for one production-sized workload - a bf16 GEMM's operands
-(4096x8192, 8192x8192) and its 4096x8192 output: the draw as it is (`tpu_runner.tasks.inputs.case_inputs`; its
+(4096x8192, 8192x8192) and its 4096x8192 output: the draw as it is (`tpu_runner.tasks.case_inputs`; its
 values are what every cached reference output was computed on, so it is unchanged), and the comparison as it was (one
 thread, float64 temporaries over whole arrays: the baseline, kept here) and as it is
-(`tpu_runner.checking.compare.compare_outputs`).
+(`tpu_runner.checking.compare_outputs`).
 
     .venv/bin/python benchmarks/production_io.py [--repeat 3]
 """
@@ -27,10 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 
-from tpu_runner.checking.arrays import OutputSet  # noqa: E402
-from tpu_runner.checking.compare import compare_outputs  # noqa: E402
-from tpu_runner.tasks.inputs import EVALUATOR_CASES, case_inputs  # noqa: E402
-from tpu_runner.tasks.task import ArgSpec, Configuration  # noqa: E402
+from tpu_runner.checking import OutputSet, compare_outputs  # noqa: E402
+from tpu_runner.tasks import EVALUATOR_CASES, ArgSpec, Configuration, case_inputs  # noqa: E402
 
 OPERANDS = (ArgSpec((4096, 8192), "bfloat16"), ArgSpec((8192, 8192), "bfloat16"))
 CASES = [c for c in EVALUATOR_CASES if c.distribution != "task"]

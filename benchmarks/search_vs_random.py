@@ -39,8 +39,8 @@ from agents.search_decide import SearchConfig  # noqa: E402
 from storage.connect import open_database  # noqa: E402
 from storage.models import Evaluation, Job  # noqa: E402
 from storage.settings import load_settings  # noqa: E402
-from tpu_runner.hardware.targets import get_chip  # noqa: E402
-from tpu_runner.tasks.task import Task, load_task  # noqa: E402
+from tpu_runner.hardware import get_chip  # noqa: E402
+from tpu_runner.tasks import Task, load_task  # noqa: E402
 
 
 def task_dir(name: str) -> Path:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from tpu_runner.timing.band import clear_gain, describe_speedup
+from tpu_runner.timing import clear_gain, describe_speedup
 
 
 def stored_band(result: dict[str, Any] | None) -> list[float] | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tpu_runner.tasks.task import discover_tasks
+from tpu_runner.tasks import discover_tasks
 
 SOURCE_ROOT = Path(__file__).resolve().parent.parent  # pyproject.toml, tasks/ (an editable install)
 REPO_TASKS = SOURCE_ROOT / "tasks"

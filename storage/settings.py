@@ -55,7 +55,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("KERNELBOT_DATABASE_URL", "SQLite at `$KERNELBOT_HOME/kernelbot.db`",
              "e.g. `postgresql://user@host/kernelbot` (psycopg 3)", secret=True),
     Variable("KERNELBOT_JOB_MODULES", "none",
-             "comma-separated modules whose `JOB_KINDS` (a `tpu_runner.jobs.contract.JobKinds`) runners also serve"),
+             "comma-separated modules whose `JOB_KINDS` (a `tpu_runner.jobs.JobKinds`) runners also serve"),
     Variable("ANTHROPIC_API_KEY", "none", "enables the anthropic brain", secret=True),
     Variable("ANTHROPIC_BASE_URL", "Anthropic's own", "another Messages API base URL (a proxy; the tests' fake)",
              reader="anthropic"),

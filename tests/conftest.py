@@ -14,7 +14,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 from storage.settings import Settings, host_target, load_settings  # noqa: E402
-from tpu_runner.candidate.spares import SparePool, spare_pool  # noqa: E402
+from tpu_runner.candidate import SparePool, spare_pool  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 TASKS = REPO / "tasks"

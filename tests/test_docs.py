@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from bot.slack.slash import COMMANDS
-from tpu_runner.candidate.static_check import check_source
+from tpu_runner.candidate import check_source
+from tpu_runner.reports import Verdict
 from tpu_runner.reports.errors import _PATTERNS
-from tpu_runner.reports.result import Verdict
-from tpu_runner.tasks.task import discover_tasks, load_task
+from tpu_runner.tasks import discover_tasks, load_task
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"

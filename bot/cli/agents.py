@@ -31,8 +31,8 @@ def run_auto(task_dir: Path, *, brain: str | None, budget: int, target: str | No
     from agents.commands import start_session
     from agents.local import run_until_settled
     from storage.connect import open_database
-    from tpu_runner.hardware.targets import get_chip
-    from tpu_runner.tasks.task import load_task
+    from tpu_runner.hardware import get_chip
+    from tpu_runner.tasks import load_task
 
     settings = get_settings()
     task_obj = load_task(task_dir)
@@ -189,8 +189,8 @@ def chat_command(
         from agents.local import run_until_settled
         from storage import sessions
         from storage.connect import open_database
-        from tpu_runner.hardware.targets import get_chip
-        from tpu_runner.tasks.task import load_task
+        from tpu_runner.hardware import get_chip
+        from tpu_runner.tasks import load_task
 
         settings = get_settings()
         task_obj = load_task(task)

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from storage.errors import KernelbotError
 from storage.settings import Settings, SettingsError, load_settings
-from tpu_runner.hardware.targets import CHIPS
+from tpu_runner.hardware import CHIPS
 
 console = Console()
 err_console = Console(stderr=True)

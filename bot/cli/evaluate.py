@@ -14,7 +14,7 @@ from bot.cli import render
 from bot.cli.common import AsJson, Target, console, err_console, get_settings, run_command
 from bot.cli.progress import Progress
 from bot.task_suites import REPO_TASKS
-from tpu_runner.tasks.task import TaskError
+from tpu_runner.tasks import TaskError
 
 _app = typer.Typer()
 
@@ -33,11 +33,12 @@ def tasks_command(
     """List tasks with shapes, FLOPs, bytes and roofline class on the target chip."""
 
     def run() -> int:
-        from tpu_runner.compiler.service import compile_service
-        from tpu_runner.evaluation.task_info import TaskInfo, task_info
-        from tpu_runner.hardware.targets import get_chip
-        from tpu_runner.reference.store import reference_store
-        from tpu_runner.tasks.task import Task, discover_tasks, load_task
+        from tpu_runner.compiler import compile_service
+        from tpu_runner.evaluation import TaskInfo
+        from tpu_runner.evaluation.task_info import task_info
+        from tpu_runner.hardware import get_chip
+        from tpu_runner.reference import reference_store
+        from tpu_runner.tasks import Task, discover_tasks, load_task
 
         settings = get_settings()
         settings.ensure_dirs()
@@ -107,7 +108,8 @@ def eval_command(
     """Evaluate one candidate kernel: static, lower, compile, correctness, performance, profile."""
 
     def run() -> int:
-        from tpu_runner.evaluation.evaluate import EvalRequest, evaluate
+        from tpu_runner.evaluation import EvalRequest
+        from tpu_runner.evaluation.evaluate import evaluate
 
         settings = get_settings()
         request = EvalRequest(task, kernel, target or settings.default_target, allow_pure_jax)

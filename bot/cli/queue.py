@@ -14,7 +14,7 @@ from sqlmodel import Session
 from bot.cli import render
 from bot.cli.common import AsJson, Target, console, err_console, get_settings, run_command
 from storage.settings import Settings
-from tpu_runner.hardware.targets import CHIPS, get_chip
+from tpu_runner.hardware import CHIPS, get_chip
 
 _app = typer.Typer()
 _db = typer.Typer(help="The database: schema migrations.", no_args_is_help=True)
@@ -71,7 +71,7 @@ def runner_command(
         from agents.session_jobs import runner_kinds
         from storage.connect import open_database
         from storage.logs import configure_logging
-        from tpu_runner.runner.daemon import RunnerConfig, RunnerDaemon, describe_host, install_signal_handlers
+        from tpu_runner.runner import RunnerConfig, RunnerDaemon, describe_host, install_signal_handlers
 
         settings = get_settings()
         targets = tuple(get_chip(t).name for t in (target or list(CHIPS)))
@@ -127,8 +127,8 @@ def enqueue_eval_command(
         from storage import queue
         from storage.blobs import pack_files
         from storage.connect import open_database
-        from tpu_runner.evaluation.evaluate import KernelFileError
-        from tpu_runner.tasks.task import load_task
+        from tpu_runner.evaluation import KernelFileError
+        from tpu_runner.tasks import load_task
 
         settings = get_settings()
         task_obj = load_task(task)  # refuse a broken task now rather than on a runner

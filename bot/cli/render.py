@@ -14,8 +14,8 @@ from rich.text import Text
 
 from bot.speedup import no_clear_gain, outcome_speedup, speedup_text
 from storage.runners import DEAD_AFTER_SECONDS
-from tpu_runner.reports.result import EvalResult
-from tpu_runner.timing.band import describe_speedup
+from tpu_runner.reports import EvalResult
+from tpu_runner.timing import describe_speedup
 
 STAGE_LABELS = {
     "static": "static check", "load": "loading the task", "lower": "lowering for TPU",

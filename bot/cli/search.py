@@ -43,8 +43,8 @@ def _search_one(task_dir: Path, *, strategy: str, budget: int, width: int, brain
     from agents.search import start_search
     from agents.search_decide import SearchConfig
     from storage.connect import open_database
-    from tpu_runner.hardware.targets import get_chip
-    from tpu_runner.tasks.task import load_task
+    from tpu_runner.hardware import get_chip
+    from tpu_runner.tasks import load_task
 
     settings = get_settings()
     task = load_task(task_dir)
@@ -150,7 +150,7 @@ def demo_command(
     tunes it (SQLite, a runner in this process), and the result is shown against the XLA reference."""
 
     def run() -> int:
-        from tpu_runner.tasks.task import TaskError
+        from tpu_runner.tasks import TaskError
 
         task_dir = REPO_TASKS / task
         if not (task_dir / "kernel_task.yaml").is_file():
@@ -172,7 +172,7 @@ def demo_command(
 
 
 def _suite_tasks(suite: Path) -> list[Path]:
-    from tpu_runner.tasks.task import TaskError, discover_tasks
+    from tpu_runner.tasks import TaskError, discover_tasks
 
     if not suite.is_dir():
         raise TaskError(f"{suite} is not a directory of tasks")

@@ -28,8 +28,8 @@ from bot.slack.visibility import audience
 from bot.task_suites import suite_tasks
 from storage import runners, sessions
 from storage.models import KernelSession, now
-from tpu_runner.hardware.targets import get_chip
-from tpu_runner.tasks.task import load_task
+from tpu_runner.hardware import get_chip
+from tpu_runner.tasks import load_task
 
 ACTIVE = ("active", "awaiting")
 LOOKED_AT = 200  # the newest sessions a listing picks from: some may be hidden from whoever asks

@@ -21,8 +21,8 @@ from bot.slack.visibility import audience
 from bot.task_suites import suite_tasks
 from storage import digests, schedules
 from storage.models import Schedule, now
-from tpu_runner.hardware.targets import get_chip
-from tpu_runner.tasks.task import load_task
+from tpu_runner.hardware import get_chip
+from tpu_runner.tasks import load_task
 
 MIN_INTERVAL_SECONDS = 600.0  # a recurring search is a batch of evaluations: at most one every 10 minutes
 ADD_EXAMPLE = '`/kernel schedule add softmax "0 2 * * *" --budget 8`'

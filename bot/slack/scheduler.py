@@ -35,7 +35,7 @@ from bot.slack.visibility import ChannelDirectory, audience
 from storage import digests, schedules
 from storage.errors import KernelbotError
 from storage.settings import Settings
-from tpu_runner.tasks.task import load_task
+from tpu_runner.tasks import load_task
 
 log = logging.getLogger("kernelbot.scheduler")
 SYNC_SECONDS = 15.0  # how often the schedules table is re-read

@@ -24,8 +24,8 @@ from bot.slack.outbound.sender import SlackSender
 from bot.slack.socket_health import RECORD_SECONDS, SocketRecorder, state_path
 from bot.slack.socket_mode import SocketConnection, connect
 from storage.settings import Settings
-from tpu_runner.hardware.targets import CHIPS
-from tpu_runner.runner.daemon import RunnerConfig, RunnerDaemon, describe_host
+from tpu_runner.hardware import CHIPS
+from tpu_runner.runner import RunnerConfig, RunnerDaemon, describe_host
 
 log = logging.getLogger("kernelbot.serve")
 LEADER_POLL_SECONDS = 5.0

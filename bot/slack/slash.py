@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from agents.search_decide import SEARCH_STRATEGIES
 from bot.slack.thread_replies import REDIRECT_KEYWORD
 from storage.errors import KernelbotError
-from tpu_runner.hardware.targets import CHIPS
+from tpu_runner.hardware import CHIPS
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tpu_runner.reports.protocol import write_json
+from tpu_runner.reports import write_json
 
 STATE_FILE = "socket-mode.json"
 RECORD_SECONDS = 5.0  # how often serve records the connection

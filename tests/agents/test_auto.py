@@ -21,7 +21,8 @@ from storage.models import Candidate, Evaluation, SessionEvent, Step
 from storage.settings import Settings
 from tests.conftest import CORPUS, TASKS
 from tests.fakes.anthropic_api import API_KEY, fake_anthropic
-from tpu_runner.evaluation.evaluate import EvalRequest, KernelSource, evaluate
+from tpu_runner.evaluation import EvalRequest, KernelSource
+from tpu_runner.evaluation.evaluate import evaluate
 
 PLAN = "\n".join(f"## {s.title()}\n{s}: details" for s in PLAN_SECTIONS)
 BROKEN = (CORPUS / "bad/misaligned_block.py").read_text()

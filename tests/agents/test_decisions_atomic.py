@@ -16,7 +16,7 @@ from storage.connect import open_database
 from storage.models import Job, SessionEvent
 from storage.settings import load_settings
 from tests.conftest import TASKS
-from tpu_runner.tasks.task import load_task
+from tpu_runner.tasks import load_task
 
 REPO = Path(__file__).resolve().parents[2]
 

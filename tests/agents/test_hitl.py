@@ -18,7 +18,8 @@ from storage.migrate import upgrade
 from storage.models import Decision
 from storage.settings import Settings
 from tests.conftest import TASKS
-from tpu_runner.evaluation.evaluate import EvalRequest, KernelSource, evaluate
+from tpu_runner.evaluation import EvalRequest, KernelSource
+from tpu_runner.evaluation.evaluate import evaluate
 
 PLAN = "\n".join(f"## {s.title()}\n{s}: details" for s in PLAN_SECTIONS)
 GOOD = (TASKS / "softmax/solutions/pallas.py").read_text()

@@ -21,9 +21,10 @@ from agents.task_context import task_context
 from storage.settings import Settings
 from tests.conftest import TASKS
 from tests.support.epilogue_tasks import EPILOGUE, chain_task
-from tpu_runner.evaluation.evaluate import EvalRequest, evaluate, evaluate_many
-from tpu_runner.hardware.targets import get_chip
-from tpu_runner.tasks.task import load_task
+from tpu_runner.evaluation import EvalRequest, evaluate_many
+from tpu_runner.evaluation.evaluate import evaluate
+from tpu_runner.hardware import get_chip
+from tpu_runner.tasks import load_task
 
 V6E = get_chip("v6e")
 RECOGNISED = ["fused_elementwise", "softmax", "layer_norm", "rms_norm", "matmul_bf16", "matmul_bias_gelu",

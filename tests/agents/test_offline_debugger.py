@@ -16,9 +16,9 @@ from agents.offline.params import choose
 from agents.offline.program import Value
 from agents.task_context import task_context
 from storage.settings import Settings
-from tpu_runner.evaluation.evaluate import EvalRequest, evaluate_many
-from tpu_runner.hardware.targets import get_chip
-from tpu_runner.tasks.task import load_task
+from tpu_runner.evaluation import EvalRequest, evaluate_many
+from tpu_runner.hardware import get_chip
+from tpu_runner.tasks import load_task
 
 V6E = get_chip("v6e")
 KERNEL = '''import jax.numpy as jnp

@@ -16,8 +16,8 @@ from agents.offline.params import choose
 from agents.offline.reading import read_tasks
 from storage.settings import Settings
 from tests.support.reference_tasks import reference_task
-from tpu_runner.evaluation.evaluate import EvalRequest, evaluate_many
-from tpu_runner.hardware.targets import get_chip
+from tpu_runner.evaluation import EvalRequest, evaluate_many
+from tpu_runner.hardware import get_chip
 
 V6E = get_chip("v6e")
 

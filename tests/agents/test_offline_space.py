@@ -11,7 +11,7 @@ from agents.offline.families import Matmul
 from agents.offline.reading import read_task
 from storage.settings import Settings
 from tests.support.reference_tasks import reference_task
-from tpu_runner.hardware.targets import get_chip
+from tpu_runner.hardware import get_chip
 
 SMALL_LINEAR = '''import jax
 import jax.numpy as jnp

@@ -14,7 +14,7 @@ from agents.porter import SourceError, default_name, detect_kind, port_file, por
 from storage.settings import Settings, load_settings
 from tests.conftest import CORPUS
 from tests.fakes.anthropic_api import API_KEY, fake_anthropic
-from tpu_runner.tasks.task import load_task
+from tpu_runner.tasks import load_task
 
 SOURCES = CORPUS / "port_sources"
 

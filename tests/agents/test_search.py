@@ -26,7 +26,7 @@ from tests.conftest import TASKS
 from tests.fakes.anthropic_api import API_KEY, fake_anthropic
 from tests.storage.conftest import fresh_database_url
 from tests.support.stored_search import stored_search
-from tpu_runner.tasks.task import load_task
+from tpu_runner.tasks import load_task
 
 SOFTMAX = load_task(TASKS / "softmax")
 

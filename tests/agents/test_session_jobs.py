@@ -19,8 +19,8 @@ from storage.models import Job, SessionEvent
 from storage.settings import load_settings
 from tests.conftest import TASKS
 from tests.fakes.anthropic_api import API_KEY, fake_anthropic
-from tpu_runner.runner.daemon import RunnerConfig, RunnerDaemon
-from tpu_runner.tasks.task import load_task
+from tpu_runner.runner import RunnerConfig, RunnerDaemon
+from tpu_runner.tasks import load_task
 
 PLAN = "\n".join(f"## {s.title()}\n{s}: details" for s in PLAN_SECTIONS)
 CODE = f"```python\n{(TASKS / 'softmax/solutions/pallas.py').read_text()}```"

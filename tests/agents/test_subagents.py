@@ -21,8 +21,9 @@ from agents.subagents import (
 )
 from storage.settings import Settings
 from tests.conftest import CORPUS, TASKS
-from tpu_runner.evaluation.evaluate import EvalRequest, evaluate
-from tpu_runner.reports.result import EvalError
+from tpu_runner.evaluation import EvalRequest
+from tpu_runner.evaluation.evaluate import evaluate
+from tpu_runner.reports import EvalError
 
 PLAN_TEXT = "\n".join(f"## {s.title()}\n{s} text" for s in PLAN_SECTIONS)
 CTX = TaskContext(task_id="softmax", reference_source=(TASKS / "softmax/reference.py").read_text(),

@@ -110,7 +110,7 @@ def test_the_documented_table_is_the_reference():
 
 
 def test_the_targets_are_the_chips_the_runner_knows():
-    from tpu_runner.hardware.targets import CHIPS
+    from tpu_runner.hardware import CHIPS
 
     assert tuple(CHIPS) == TARGETS
 

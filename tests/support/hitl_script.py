@@ -18,9 +18,9 @@ from agents.hitl import HitlMachine
 from agents.task_context import task_context
 from storage.settings import Settings
 from tests.conftest import TASKS
-from tpu_runner.hardware.targets import get_chip
-from tpu_runner.reports.result import EvalResult
-from tpu_runner.tasks.task import load_task
+from tpu_runner.hardware import get_chip
+from tpu_runner.reports import EvalResult
+from tpu_runner.tasks import load_task
 
 RESULT = Path(__file__).resolve().parent.parent / "bot" / "data" / "softmax_ok_result.json"
 STAGES = ("static", "lower", "compile", "correctness", "performance", "profile")

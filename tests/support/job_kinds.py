@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from storage.models import Evaluation
-from tpu_runner.jobs.contract import FollowUp, JobContext, JobKinds, JobOutcome
+from tpu_runner.jobs import FollowUp, JobContext, JobKinds, JobOutcome
 
 JOB_KINDS = JobKinds()
 

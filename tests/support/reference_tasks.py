@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tpu_runner.tasks.task import Task, load_task
+from tpu_runner.tasks import Task, load_task
 
 
 def reference_task(root: Path, name: str, reference: str, *, description: str, atol: float = 2.0e-2,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tpu_runner.hardware.targets import CHIPS
-from tpu_runner.timing.chart import TOP_OPS, render_profile_chart, right_panel
+from tpu_runner.hardware import CHIPS
+from tpu_runner.timing import TOP_OPS, render_profile_chart, right_panel
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

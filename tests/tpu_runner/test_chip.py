@@ -19,13 +19,10 @@ import pytest
 from bot.cli.checks.chip import chip_verdict
 from bot.cli.checks.compile import check_compile
 from storage.settings import EvalLimits, host_target, load_settings, target_of_accelerator
-from tpu_runner.evaluation.evaluate import headline
-from tpu_runner.hardware import chip
-from tpu_runner.hardware.libtpu import FAST_FORWARD_FLAG, STATIC_PROFILE_FLAG, knows_flag
-from tpu_runner.hardware.targets import get_chip
-from tpu_runner.sandbox.process import child_environment, import_path, run_child
-from tpu_runner.timing.band import band_text, measured_band
-from tpu_runner.timing.measure import device_ops, per_call_durations
+from tpu_runner.evaluation import headline
+from tpu_runner.hardware import FAST_FORWARD_FLAG, STATIC_PROFILE_FLAG, chip, get_chip, knows_flag
+from tpu_runner.sandbox import child_environment, import_path, run_child
+from tpu_runner.timing import band_text, device_ops, measured_band, per_call_durations
 
 # The TPU runtime's variables as a v5e host sets them.
 HOST_TPU_ENV = {"TPU_ACCELERATOR_TYPE": "v5litepod-4", "TPU_CHIPS_PER_HOST_BOUNDS": "2,2,1", "TPU_HOST_BOUNDS": "1,1,1",

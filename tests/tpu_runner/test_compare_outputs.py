@@ -7,10 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tpu_runner.checking.compare import Comparison, compare_outputs
-from tpu_runner.checking.correctness import CandidateFailed, check_configuration
-from tpu_runner.tasks.inputs import EVALUATOR_CASES, case_inputs
-from tpu_runner.tasks.task import ArgSpec, Configuration
+from tpu_runner.checking import CandidateFailed, Comparison, check_configuration, compare_outputs
+from tpu_runner.tasks import EVALUATOR_CASES, ArgSpec, Configuration, case_inputs
 
 
 def _f32(values) -> np.ndarray:

@@ -16,9 +16,14 @@ from storage.models import Job, KernelSession, SessionEvent
 from storage.runners import register_runner
 from storage.settings import load_settings
 from tests.support.job_kinds import JOB_KINDS as TEST_KINDS
-from tpu_runner.jobs.contract import JobContext, JobRejected, compose
-from tpu_runner.runner.daemon import RunnerConfig, RunnerDaemon
-from tpu_runner.runner.job_kinds import EVALUATION_KINDS, production_check_job, production_check_wanted
+from tpu_runner.jobs import JobContext, JobRejected, compose
+from tpu_runner.runner import (
+    EVALUATION_KINDS,
+    RunnerConfig,
+    RunnerDaemon,
+    production_check_job,
+    production_check_wanted,
+)
 
 
 def _daemon(tmp_path: Path, **config: object) -> RunnerDaemon:

@@ -3,10 +3,9 @@ was raised; memory the checking machine ran out of is not the kernel's fault."""
 
 from __future__ import annotations
 
-from tpu_runner.evaluation.evaluate import checker_ran_out, task_beyond_limits
-from tpu_runner.reference.store import ReferenceStopped
-from tpu_runner.reports.errors import from_exception
-from tpu_runner.reports.result import EvalError
+from tpu_runner.evaluation import checker_ran_out, task_beyond_limits
+from tpu_runner.reference import ReferenceStopped
+from tpu_runner.reports import EvalError, from_exception
 
 
 def _allocate() -> None:

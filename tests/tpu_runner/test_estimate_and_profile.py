@@ -7,16 +7,19 @@ from dataclasses import asdict, replace
 
 import pytest
 
-from tpu_runner.analysis.traffic import PallasCallTraffic, TrafficReport
-from tpu_runner.hardware.targets import CHIPS, UnknownTarget, chip_for_device_kind, get_chip, roofline
-from tpu_runner.reports.errors import candidate_line, classify_text, from_exception
-from tpu_runner.timing.profile import DEFAULT_SCOPED_VMEM, hints, kernel_facts, summarise
-from tpu_runner.timing.roofline import (
+from tpu_runner.analysis import PallasCallTraffic, TrafficReport
+from tpu_runner.hardware import CHIPS, UnknownTarget, chip_for_device_kind, get_chip, roofline
+from tpu_runner.reports import candidate_line, classify_text, from_exception
+from tpu_runner.timing import (
+    DEFAULT_SCOPED_VMEM,
     PHYSICS_MARGIN,
     TimeEstimate,
     candidate_hbm_bytes,
     estimate,
+    hints,
+    kernel_facts,
     performance_flags,
+    summarise,
     traffic_flags,
 )
 

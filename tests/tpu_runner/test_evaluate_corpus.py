@@ -10,8 +10,8 @@ import pytest
 
 from storage.settings import EvalLimits, Settings
 from tests.conftest import CORPUS, TASKS
-from tpu_runner.evaluation.evaluate import EvalRequest, evaluate_many
-from tpu_runner.reports.result import EvalResult
+from tpu_runner.evaluation import EvalRequest, evaluate_many
+from tpu_runner.reports import EvalResult
 
 GOOD = ["softmax", "layer_norm", "rms_norm", "fused_elementwise", "cross_entropy", "matmul_bf16", "batched_matmul",
         "causal_attention"]

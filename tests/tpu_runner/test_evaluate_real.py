@@ -14,9 +14,10 @@ import pytest
 
 from storage.settings import Settings
 from tests.conftest import CORPUS, TASKS
-from tpu_runner.candidate.spares import SparePool
-from tpu_runner.evaluation.evaluate import EvalRequest, evaluate, evaluate_many
-from tpu_runner.reports.result import EvalResult
+from tpu_runner.candidate import SparePool
+from tpu_runner.evaluation import EvalRequest, evaluate_many
+from tpu_runner.evaluation.evaluate import evaluate
+from tpu_runner.reports import EvalResult
 
 REAL = {
     "flash_attention_causal": "causal_attention",

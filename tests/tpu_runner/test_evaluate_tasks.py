@@ -10,10 +10,11 @@ import pytest
 
 from storage.settings import Settings
 from tests.conftest import CORPUS, TASKS
-from tpu_runner.candidate.spares import SparePool
-from tpu_runner.evaluation.evaluate import EvalRequest, KernelFileError, evaluate
-from tpu_runner.tasks.task import TaskError
-from tpu_runner.timing.calibration import HBM_EFFICIENCY
+from tpu_runner.candidate import SparePool
+from tpu_runner.evaluation import EvalRequest, KernelFileError
+from tpu_runner.evaluation.evaluate import evaluate
+from tpu_runner.tasks import TaskError
+from tpu_runner.timing import HBM_EFFICIENCY
 
 ADD_REFERENCE = """
 import jax
@@ -224,7 +225,7 @@ def test_a_kernel_made_for_its_production_shape_is_unverified_and_sent_to_the_fl
     from storage.migrate import upgrade
     from storage.models import Evaluation, Job
     from storage.runners import register_runner
-    from tpu_runner.runner.daemon import RunnerConfig, RunnerDaemon
+    from tpu_runner.runner import RunnerConfig, RunnerDaemon
 
     task = CORPUS / "third_party" / "center_task"
     kernel = CORPUS / "third_party" / "center_production_width.py"

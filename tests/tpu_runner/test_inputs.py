@@ -8,11 +8,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tpu_runner.tasks.inputs import EVALUATOR_CASES, LARGE_SCALE, Case, case_inputs
-from tpu_runner.tasks.task import (
+from tpu_runner.tasks import (
+    EVALUATOR_CASES,
+    LARGE_SCALE,
     ArgSpec,
+    Case,
     Configuration,
     abstract_configurations,
+    case_inputs,
     config_from_json,
     config_to_json,
     input_bounds,

@@ -6,8 +6,9 @@ from pathlib import Path
 
 from storage.settings import Settings
 from tests.conftest import TASKS
-from tpu_runner.analysis.ir import ir_digest, normalise
-from tpu_runner.evaluation.evaluate import EvalRequest, evaluate
+from tpu_runner.analysis import ir_digest, normalise
+from tpu_runner.evaluation import EvalRequest
+from tpu_runner.evaluation.evaluate import evaluate
 
 SOFTMAX = TASKS / "softmax"
 SOLUTION = (SOFTMAX / "solutions" / "pallas.py").read_text()

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from storage.settings import Settings
-from tpu_runner.candidate.spares import SparePool
-from tpu_runner.evaluation.evaluate import EvalRequest, evaluate
-from tpu_runner.tasks.task import TaskError, abstract_configurations, discover_tasks, import_reference, load_task
+from tpu_runner.candidate import SparePool
+from tpu_runner.evaluation import EvalRequest
+from tpu_runner.evaluation.evaluate import evaluate
+from tpu_runner.tasks import TaskError, abstract_configurations, discover_tasks, import_reference, load_task
 
 BASELINE = '''
 """A GEMM, a scale and a GELU."""

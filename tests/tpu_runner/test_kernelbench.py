@@ -9,9 +9,9 @@ import pytest
 
 from storage.settings import Settings
 from tests.conftest import CORPUS
-from tpu_runner.candidate.static_check import StaticViolation, check_source
-from tpu_runner.evaluation.evaluate import EvalRequest, evaluate_many
-from tpu_runner.tasks.task import discover_tasks, load_task
+from tpu_runner.candidate import StaticViolation, check_source
+from tpu_runner.evaluation import EvalRequest, evaluate_many
+from tpu_runner.tasks import discover_tasks, load_task
 
 KB = CORPUS / "kernelbench"
 TASK = KB / "suite" / "19_Gemm_ReLU.py"
@@ -55,7 +55,7 @@ def test_the_budget_counts_the_work_that_runs_not_what_xla_folds() -> None:
     import jax
     import jax.numpy as jnp
 
-    from tpu_runner.checking.checkshapes import dot_flops
+    from tpu_runner.checking import dot_flops
 
     w1, w2 = jnp.ones((512, 512)), jnp.ones((512, 512))
     folded = jax.make_jaxpr(lambda x: x @ (w1 @ w2))(jnp.ones((64, 512)))

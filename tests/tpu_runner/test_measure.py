@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tpu_runner.timing.measure import measure_pair
+from tpu_runner.timing import measure_pair
 
 
 def _inputs(n: int, shape: tuple[int, ...]) -> list[list[np.ndarray]]:

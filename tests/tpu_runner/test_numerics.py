@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from tpu_runner.checking.numerics import as_on_tpu, in_float64
+from tpu_runner.checking import as_on_tpu, in_float64
 
 
 def _dense_relu(x: jax.Array, w: jax.Array, precision: lax.Precision | None = None) -> jax.Array:

@@ -18,11 +18,11 @@ from bot.cli.checks.chip import check_chip
 from bot.cli.checks.compile import check_compile
 from storage.settings import Settings, load_settings
 from tests.conftest import HOST_TPU, TASKS
-from tpu_runner.evaluation.evaluate import EvalRequest, evaluate
+from tpu_runner.evaluation import EvalRequest
+from tpu_runner.evaluation.evaluate import evaluate
+from tpu_runner.hardware import ChipBusy, get_chip
 from tpu_runner.hardware import chip as host_chip
-from tpu_runner.hardware.chip import ChipBusy
-from tpu_runner.hardware.targets import get_chip
-from tpu_runner.runner.daemon import RunnerConfig, RunnerDaemon, describe_host
+from tpu_runner.runner import RunnerConfig, RunnerDaemon, describe_host
 from tpu_runner.sandbox import process as sandbox
 
 pytestmark = pytest.mark.tpu

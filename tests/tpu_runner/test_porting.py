@@ -29,11 +29,10 @@ from agents.brains import BrainUnavailable, make_brain
 from agents.task_context import task_context
 from storage.settings import Settings
 from tests.conftest import CORPUS
-from tpu_runner.evaluation.evaluate import EvalRequest, evaluate_many
-from tpu_runner.hardware.targets import get_chip
-from tpu_runner.porting import PortResult, check_against_pytorch, port_pytorch
-from tpu_runner.porting.emit import identifier
-from tpu_runner.tasks.task import Task, import_reference, load_task
+from tpu_runner.evaluation import EvalRequest, evaluate_many
+from tpu_runner.hardware import get_chip
+from tpu_runner.porting import PortResult, check_against_pytorch, identifier, port_pytorch
+from tpu_runner.tasks import Task, import_reference, load_task
 
 MODULES_DIR = CORPUS / "pytorch"
 KERNELS_DIR = CORPUS / "pytorch_kernels"

@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 
 from storage.settings import Settings, load_settings
-from tpu_runner.tasks.reference_check import (
+from tpu_runner.tasks import (
+    TaskError,
     add_checked_task,
     check_reference,
     files_digest,
+    load_task,
     read_task_files,
     write_task,
 )
-from tpu_runner.tasks.task import TaskError, load_task
 
 GOOD = '''\
 """Scaled tanh and row sums, two configurations."""

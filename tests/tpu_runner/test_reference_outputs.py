@@ -11,11 +11,9 @@ import pytest
 
 from storage.settings import load_settings
 from tests.support.reference_tasks import reference_task
-from tpu_runner.checking.arrays import OutputSet, load_outputs
-from tpu_runner.checking.correctness import CandidateFailed, CandidateRun, Judge, ReferenceRun
-from tpu_runner.reference.store import ReferenceStopped, ReferenceStore
-from tpu_runner.tasks.inputs import EVALUATOR_CASES
-from tpu_runner.tasks.task import config_from_json
+from tpu_runner.checking import CandidateFailed, CandidateRun, Judge, OutputSet, ReferenceRun, load_outputs
+from tpu_runner.reference import ReferenceStopped, ReferenceStore
+from tpu_runner.tasks import EVALUATOR_CASES, config_from_json
 
 SCALE = """
 import jax

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from storage.settings import EvalLimits
-from tpu_runner.candidate.spares import SparePool
-from tpu_runner.sandbox.process import child_environment, run_child, spawn, untrusted_reads
+from tpu_runner.candidate import SparePool
+from tpu_runner.sandbox import child_environment, run_child, spawn, untrusted_reads
 
 PROBE = """
 import json, os, socket
@@ -54,7 +54,7 @@ def test_a_child_of_an_unprivileged_user_has_no_network_either() -> None:
     through a user namespace of its own, and the child still cannot reach the database beside it."""
     import socket
 
-    from tpu_runner.sandbox.entry import isolate_network
+    from tpu_runner.sandbox import isolate_network
 
     "127.0.0.1".encode("idna")  # loaded now: the child, as nobody, cannot read this root-owned Python's files
     read, write = os.pipe()

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tpu_runner.candidate.static_check import StaticReport, StaticViolation, check_source
-from tpu_runner.reports.result import EvalError
-from tpu_runner.tasks.entry_point import reference_param_count
+from tpu_runner.candidate import StaticReport, StaticViolation, check_source
+from tpu_runner.reports import EvalError
+from tpu_runner.tasks import reference_param_count
 
 REPO = Path(__file__).resolve().parents[2]
 MARK = "# <-"

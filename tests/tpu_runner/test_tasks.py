@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tpu_runner.tasks.task import (
+from tpu_runner.tasks import (
     KNOWN_FAMILIES,
     ArgSpec,
     Configuration,

@@ -9,12 +9,18 @@ from pathlib import Path
 import pytest
 
 from tpu_runner.analysis.hlo_ops import hlo_ops
-from tpu_runner.compiler.service import CompileAnswer
-from tpu_runner.hardware.targets import get_chip
-from tpu_runner.reports.result import Performance
-from tpu_runner.timing import calibration
-from tpu_runner.timing.band import band_text, clear_gain, describe_speedup, program_band, speedup_band
-from tpu_runner.timing.model import program_time
+from tpu_runner.compiler import CompileAnswer
+from tpu_runner.hardware import get_chip
+from tpu_runner.reports import Performance
+from tpu_runner.timing import (
+    band_text,
+    calibration,
+    clear_gain,
+    describe_speedup,
+    program_band,
+    program_time,
+    speedup_band,
+)
 
 DATA = Path(__file__).parent / "data"
 BMM = (DATA / "batched_matmul.v6e.hlo.txt").read_text()  # einsum bhqd,bhkd->bhqk, [4,8,1024,128] bf16

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.tpu_runner.test_chart import estimated
-from tpu_runner.timing.trace_export import RAISED, trace_json
+from tpu_runner.timing import RAISED, trace_json
 
 
 def _load(profile: dict[str, Any]) -> dict[str, Any]:

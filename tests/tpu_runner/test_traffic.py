@@ -8,8 +8,7 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from tpu_runner.analysis import grid_walk
-from tpu_runner.analysis.traffic import OperandTraffic, PallasCallTraffic, TrafficReport, pallas_traffic
+from tpu_runner.analysis import OperandTraffic, PallasCallTraffic, TrafficReport, grid_walk, pallas_traffic
 
 F32 = 4
 KIB = 1024

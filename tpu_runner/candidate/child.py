@@ -26,39 +26,37 @@ from typing import Any
 
 import jax
 
-from tpu_runner.analysis import jaxpr_walk
-from tpu_runner.analysis.coverage import output_coverage
-from tpu_runner.analysis.ir import ir_digest
-from tpu_runner.analysis.structure import program_form
-from tpu_runner.analysis.traffic import pallas_traffic, traffic_to_json
-from tpu_runner.checking.arrays import save_outputs
-from tpu_runner.checking.checkshapes import CheckShape, Production, choose
-from tpu_runner.checking.correctness import run_candidate_case
-from tpu_runner.hardware import chip
-from tpu_runner.hardware.targets import ChipSpec, get_chip
-from tpu_runner.reports.errors import from_exception
-from tpu_runner.reports.protocol import (
+from tpu_runner.analysis import ir_digest, jaxpr_walk, output_coverage, pallas_traffic, program_form, traffic_to_json
+from tpu_runner.checking import CheckShape, Production, choose, run_candidate_case, save_outputs
+from tpu_runner.hardware import ChipSpec, chip, get_chip
+from tpu_runner.reports import (
     Budget,
     CandidateReport,
     CandidateRequest,
     CaseOutput,
     CheckReport,
+    EvalError,
     MeasuredTimes,
     ProgramReport,
+    Stage,
+    Verdict,
+    from_exception,
     timed,
     write_json,
 )
-from tpu_runner.reports.result import EvalError, Stage, Verdict
 from tpu_runner.sandbox import integrity
-from tpu_runner.tasks.entry_point import ENTRY_POINTS
-from tpu_runner.tasks.inputs import EVALUATOR_CASES, Case, case_inputs, drawn_ahead
-from tpu_runner.tasks.task import (
+from tpu_runner.tasks import (
+    ENTRY_POINTS,
+    EVALUATOR_CASES,
+    Case,
     Configuration,
     Task,
     TaskError,
     abstract_configurations,
+    case_inputs,
     concrete_configurations,
     config_to_json,
+    drawn_ahead,
     has_test_inputs,
     import_reference,
     input_bounds,
@@ -67,7 +65,7 @@ from tpu_runner.tasks.task import (
     with_input_bounds,
     with_values,
 )
-from tpu_runner.timing.measure import (
+from tpu_runner.timing import (
     measure_pair,  # imported before the candidate: its functions are watched (integrity)
 )
 

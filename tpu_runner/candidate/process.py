@@ -15,12 +15,10 @@ from pathlib import Path
 
 from storage.settings import EvalLimits
 from tpu_runner.candidate.spares import SparePool
-from tpu_runner.compiler.service import CompileAnswer, CompileService
-from tpu_runner.hardware import chip
-from tpu_runner.hardware.targets import ChipSpec
-from tpu_runner.reports.protocol import CandidateReport, CandidateRequest, write_json
-from tpu_runner.reports.result import EvalError, Stage
-from tpu_runner.sandbox.process import ChildOutcome, Gate, child_environment, untrusted_reads
+from tpu_runner.compiler import CompileAnswer, CompileService
+from tpu_runner.hardware import ChipSpec, chip
+from tpu_runner.reports import CandidateReport, CandidateRequest, EvalError, Stage, write_json
+from tpu_runner.sandbox import ChildOutcome, Gate, child_environment, untrusted_reads
 
 IrGate = Callable[[str], str | None]  # normalised IR digest -> None to go on, or what it duplicates to stop
 # The stages a child that stopped without a report can be said to have stopped in (others count as lowering).

@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from storage.settings import EvalLimits, Settings
-from tpu_runner.compiler.service import CompileService
-from tpu_runner.sandbox.process import SandboxProcess, spawn
+from tpu_runner.compiler import CompileService
+from tpu_runner.sandbox import SandboxProcess, spawn
 
 
 class SparePool:

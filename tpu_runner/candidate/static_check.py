@@ -15,9 +15,9 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from tpu_runner.reports.result import EvalError
-from tpu_runner.tasks.entry_point import ENTRY_POINTS, entry_point_params
-from tpu_runner.tasks.pysource import parse as parse_source
+from tpu_runner.reports import EvalError
+from tpu_runner.tasks import ENTRY_POINTS, entry_point_params
+from tpu_runner.tasks import parse as parse_source
 
 # Modules a candidate may import, by exact name or (PREFIX_IMPORTS) with any submodule.
 ALLOWED_IMPORTS = frozenset({

@@ -22,12 +22,17 @@ from typing import Any
 import jax
 import numpy as np
 
-from tpu_runner.analysis import jaxpr_walk
-from tpu_runner.analysis.coverage import output_coverage
-from tpu_runner.analysis.structure import ProgramForm, differences, program_form
-from tpu_runner.analysis.traffic import TrafficReport, pallas_traffic
-from tpu_runner.reports.protocol import Budget
-from tpu_runner.tasks.task import Configuration
+from tpu_runner.analysis import (
+    ProgramForm,
+    TrafficReport,
+    differences,
+    jaxpr_walk,
+    output_coverage,
+    pallas_traffic,
+    program_form,
+)
+from tpu_runner.reports import Budget
+from tpu_runner.tasks import Configuration
 
 TILED_FACTORS = (64, 32, 16, 8, 4, 2, 1)
 LEADING_FACTORS = (1, 2, 4, 8, 16)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from tpu_runner.checking.arrays import OutputSet
-from tpu_runner.reports.result import EvalError
+from tpu_runner.reports import EvalError
 
 
 @dataclass

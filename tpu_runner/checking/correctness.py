@@ -33,10 +33,8 @@ from tpu_runner.checking.compare import (
     within_sensitivity,
 )
 from tpu_runner.checking.numerics import in_float64
-from tpu_runner.reports.errors import from_exception, interpreter_limitation
-from tpu_runner.reports.result import CorrectnessCase, EvalError
-from tpu_runner.tasks.inputs import EVALUATOR_CASES, Case, case_inputs
-from tpu_runner.tasks.task import Configuration, TaskError
+from tpu_runner.reports import CorrectnessCase, EvalError, from_exception, interpreter_limitation
+from tpu_runner.tasks import EVALUATOR_CASES, Case, Configuration, TaskError, case_inputs
 
 INTERPRETER_LIMIT = "interpret_unsupported"  # the simulator, not the kernel, failed: correctness not checkable here
 

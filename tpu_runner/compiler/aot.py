@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from tpu_runner.hardware.targets import ChipSpec
+from tpu_runner.hardware import ChipSpec
 
 _CYCLES = re.compile(r'hlo_op_name:\s*"([^"]*)"\s*estimated_cycles:\s*(\d+)')
 

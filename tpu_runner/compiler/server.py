@@ -23,8 +23,8 @@ from typing import Any
 import jax
 
 from tpu_runner.compiler.aot import StaticProfile, target_sharding
-from tpu_runner.hardware.targets import get_chip
-from tpu_runner.reports.protocol import CompileReply, CompileRequest, write_json
+from tpu_runner.hardware import get_chip
+from tpu_runner.reports import CompileReply, CompileRequest, write_json
 
 
 def _compile(exported_path: Path, target: str, profile: StaticProfile, keep_in: Path) -> CompileReply:

@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from storage.settings import EvalLimits
-from tpu_runner.analysis.hlo_ops import HloOp, parsed_hlo
-from tpu_runner.hardware.libtpu import FAST_FORWARD_FLAG, knows_flag
-from tpu_runner.reports.errors import classify_text
-from tpu_runner.reports.protocol import ChildStart, CompileReply, CompileRequest
-from tpu_runner.reports.result import EvalError
-from tpu_runner.sandbox.process import SandboxProcess, _rss_mib, child_environment, spawn
+from tpu_runner.analysis import HloOp, parsed_hlo
+from tpu_runner.hardware import FAST_FORWARD_FLAG, knows_flag
+from tpu_runner.reports import ChildStart, CompileReply, CompileRequest, EvalError, classify_text
+from tpu_runner.sandbox import SandboxProcess, child_environment, spawn
+from tpu_runner.sandbox.process import _rss_mib
 
 # libtpu's fatal log lines: a failed internal check, or the static profiler refusing the program.
 LIBTPU_ABORT_SIGNS = ("Check failed", "LLO_CHECK", "Static LLO profiling of")

@@ -25,25 +25,45 @@ from typing import Any, Literal
 
 from storage.errors import KernelbotError
 from storage.settings import Settings
-from tpu_runner.analysis.traffic import traffic_from_json
-from tpu_runner.candidate.process import CandidateCompiles, IrGate, run_candidate, stopped_error
-from tpu_runner.candidate.spares import SparePool
-from tpu_runner.candidate.static_check import StaticViolation, check_source
-from tpu_runner.checking.arrays import OutputSet, load_outputs
-from tpu_runner.checking.correctness import CandidateFailed, CandidateRun, Judge, ReferenceRun
-from tpu_runner.hardware.chip import ChipBusy, with_chip_memory
-from tpu_runner.hardware.targets import ChipSpec, get_chip
-from tpu_runner.reference.store import ReferenceStopped, output_key, reference_store
-from tpu_runner.reports.protocol import Budget, CandidateReport, CandidateRequest, CheckReport, OutputJob
-from tpu_runner.reports.result import Correctness, CorrectnessCase, EvalError, EvalResult, Host, Stage, Verdict, failure
-from tpu_runner.sandbox.process import ChildOutcome
-from tpu_runner.tasks.inputs import EVALUATOR_CASES
-from tpu_runner.tasks.task import Task, TaskError, config_from_json, load_task
-from tpu_runner.timing.band import band_text
-from tpu_runner.timing.chart import render_profile_chart
-from tpu_runner.timing.performance import CandidateProgram, estimated_performance, measured_performance
-from tpu_runner.timing.profile import summarise
-from tpu_runner.timing.trace_export import trace_json
+from tpu_runner.analysis import traffic_from_json
+from tpu_runner.candidate import (
+    CandidateCompiles,
+    IrGate,
+    SparePool,
+    StaticViolation,
+    check_source,
+    run_candidate,
+    stopped_error,
+)
+from tpu_runner.checking import CandidateFailed, CandidateRun, Judge, OutputSet, ReferenceRun, load_outputs
+from tpu_runner.hardware import ChipBusy, ChipSpec, get_chip, with_chip_memory
+from tpu_runner.reference import ReferenceStopped, output_key, reference_store
+from tpu_runner.reports import (
+    Budget,
+    CandidateReport,
+    CandidateRequest,
+    CheckReport,
+    Correctness,
+    CorrectnessCase,
+    EvalError,
+    EvalResult,
+    Host,
+    OutputJob,
+    Stage,
+    Verdict,
+    failure,
+)
+from tpu_runner.sandbox import ChildOutcome
+from tpu_runner.tasks import EVALUATOR_CASES, Task, TaskError, config_from_json, load_task
+from tpu_runner.timing import (
+    CandidateProgram,
+    band_text,
+    estimated_performance,
+    measured_performance,
+    render_profile_chart,
+    summarise,
+    trace_json,
+)
 
 
 class KernelFileError(KernelbotError, ValueError):

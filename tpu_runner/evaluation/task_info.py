@@ -8,10 +8,10 @@ import os
 from dataclasses import dataclass
 
 from storage.settings import Settings
-from tpu_runner.compiler.service import CompileService
-from tpu_runner.hardware.targets import ChipSpec, roofline
-from tpu_runner.reference.store import reference_store
-from tpu_runner.tasks.task import Task, config_from_json
+from tpu_runner.compiler import CompileService
+from tpu_runner.hardware import ChipSpec, roofline
+from tpu_runner.reference import reference_store
+from tpu_runner.tasks import Task, config_from_json
 
 
 @dataclass(frozen=True)

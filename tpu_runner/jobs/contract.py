@@ -1,5 +1,5 @@
 """The job-kind contract: what a runner can do, as named handlers. Each package keeps its kinds in a `JobKinds` of
-its own (`tpu_runner.runner.job_kinds.EVALUATION_KINDS`, `agents.session_jobs.AGENT_KINDS`); a process that runs jobs
+its own (`tpu_runner.runner.EVALUATION_KINDS`, `agents.session_jobs.AGENT_KINDS`); a process that runs jobs
 composes the ones it serves where it starts (`compose`), and deployments add theirs with KERNELBOT_JOB_MODULES (modules
 whose `JOB_KINDS` is a `JobKinds`). Nothing registers itself by being imported.
 
@@ -18,8 +18,8 @@ from sqlalchemy import Engine
 
 from storage.models import Evaluation
 from storage.settings import Settings
-from tpu_runner.candidate.spares import SparePool
-from tpu_runner.reports.result import EvalResult
+from tpu_runner.candidate import SparePool
+from tpu_runner.reports import EvalResult
 
 
 class JobRejected(Exception):

@@ -1,10 +1,10 @@
 """Porting: tasks from kernels a team already has. A PyTorch module becomes a task whose reference is the module's
 exact JAX program (through torchax), checked against PyTorch before the task is written.
 
-This package is all of porting below the agents: this module is the parent's side (the public API); `child` is
-the sandboxed process that imports the module file, traces it and checks it; `emit` writes a traced program back
-as JAX source. A CUDA or Triton source needs an LLM to write its reference: that porter is `agents.porter`, which
-checks its answer with `check_against_pytorch` here.
+This package is all of porting below the agents: this module is the parent's side (the public API, which also
+exports `emit`'s `identifier`); `child` is the sandboxed process that imports the module file, traces it and checks
+it; `emit` writes a traced program back as JAX source. A CUDA or Triton source needs an LLM to write its reference:
+that porter is `agents.porter`, which checks its answer with `check_against_pytorch` here.
 
 The module file is someone's code: it runs only in the sandboxed child (`tpu_runner.porting.child`), never here.
 The written task is then checked like a pasted reference (`reference_check.add_checked_task`) and put in place
@@ -21,9 +21,13 @@ from typing import Any
 
 from storage.errors import KernelbotError
 from storage.settings import EvalLimits, Settings
-from tpu_runner.sandbox.process import ChildOutcome, run_one_shot
-from tpu_runner.tasks.reference_check import AddedTask, add_checked_task
-from tpu_runner.tasks.task import TaskError
+from tpu_runner import lazy_exports
+from tpu_runner.sandbox import ChildOutcome, run_one_shot
+from tpu_runner.tasks import AddedTask, TaskError, add_checked_task
+
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {"identifier": "emit"}, defined_here=(
+    "EXTRA", "PORT_SECONDS", "PortError", "PortResult", "PortUnavailable", "check_against_pytorch", "describe_module",
+    "port_pytorch"))
 
 PORT_SECONDS = 300
 PORT_MEMORY_MIB = 8192

@@ -77,7 +77,7 @@ class Port:
 
     # -- where a failure is in the person's file ----------------------------------------------------------------
     def line_of(self, exc: BaseException) -> int | None:
-        from tpu_runner.reports.errors import candidate_line
+        from tpu_runner.reports import candidate_line
 
         if isinstance(exc, SyntaxError) and exc.filename == self.source_path:
             return exc.lineno

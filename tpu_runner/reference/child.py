@@ -20,18 +20,24 @@ from typing import Any
 import jax
 import numpy as np
 
-from tpu_runner.checking.arrays import OutputSet, save_outputs
-from tpu_runner.checking.checkshapes import dot_flops
-from tpu_runner.checking.correctness import case_truth, perturbed_truth, run_reference_case
-from tpu_runner.checking.numerics import as_on_tpu
+from tpu_runner.checking import (
+    OutputSet,
+    as_on_tpu,
+    case_truth,
+    dot_flops,
+    perturbed_truth,
+    run_reference_case,
+    save_outputs,
+)
 from tpu_runner.hardware import chip
-from tpu_runner.reports.protocol import ExportedTask, OutputJob, ReferenceReport, ReferenceRequest, timed, write_json
-from tpu_runner.tasks.inputs import EVALUATOR_CASES, drawn_ahead
-from tpu_runner.tasks.task import (
+from tpu_runner.reports import ExportedTask, OutputJob, ReferenceReport, ReferenceRequest, timed, write_json
+from tpu_runner.tasks import (
+    EVALUATOR_CASES,
     TaskError,
     abstract_configurations,
     config_from_json,
     config_to_json,
+    drawn_ahead,
     import_reference,
     input_bounds,
     load_task,

@@ -23,13 +23,11 @@ from typing import Any
 import jax
 
 from storage.settings import EvalLimits, Settings
-from tpu_runner.compiler.service import CompileAnswer, CompileService
-from tpu_runner.hardware.chip import ChipBusy, runtime_files, with_chip_memory
-from tpu_runner.hardware.targets import ChipSpec
-from tpu_runner.reports.protocol import ExportedTask, OutputJob, ReferenceReport, ReferenceRequest, write_json
-from tpu_runner.sandbox.process import ChildOutcome, child_environment, run_child, untrusted_reads
-from tpu_runner.tasks.inputs import EVALUATOR_CASES
-from tpu_runner.tasks.task import Configuration, Task, TaskError, config_from_json
+from tpu_runner.compiler import CompileAnswer, CompileService
+from tpu_runner.hardware import ChipBusy, ChipSpec, runtime_files, with_chip_memory
+from tpu_runner.reports import ExportedTask, OutputJob, ReferenceReport, ReferenceRequest, write_json
+from tpu_runner.sandbox import ChildOutcome, child_environment, run_child, untrusted_reads
+from tpu_runner.tasks import EVALUATOR_CASES, Configuration, Task, TaskError, config_from_json
 
 NUMERICS = "tpu-default-v2"  # how the reference's outputs are computed (numerics.as_on_tpu); part of every key
 LAYOUT = "v4"  # of the programs' cache entries (v4: float inputs say whether they are nonnegative)

@@ -1,3 +1,17 @@
 """What the evaluator and its children say to each other and answer: the result (`result`), the structured errors made
 from JAX, Pallas, Mosaic and XLA exceptions (`errors`), and the typed records of the parent-child protocol
 (`protocol`)."""
+
+from tpu_runner import lazy_exports
+
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "Correctness": "result", "CorrectnessCase": "result", "EvalError": "result", "EvalResult": "result",
+    "failure": "result", "Host": "result", "Performance": "result", "Stage": "result", "Verdict": "result",
+    "candidate_line": "errors", "classify_text": "errors", "from_exception": "errors",
+    "interpreter_limitation": "errors",
+    "Budget": "protocol", "CandidateReport": "protocol", "CandidateRequest": "protocol", "CaseOutput": "protocol",
+    "CheckReport": "protocol", "ChildStart": "protocol", "CompileReply": "protocol", "CompileRequest": "protocol",
+    "ExportedTask": "protocol", "MeasuredTimes": "protocol", "OutputJob": "protocol", "ProgramReport": "protocol",
+    "ReferenceReport": "protocol", "ReferenceRequest": "protocol", "SandboxLimits": "protocol", "timed": "protocol",
+    "write_json": "protocol",
+})

@@ -33,11 +33,11 @@ from storage.runners import (
 )
 from storage.sessions import set_session_status
 from storage.settings import Settings
-from tpu_runner.candidate.spares import SparePool
-from tpu_runner.hardware.targets import get_chip
-from tpu_runner.jobs.contract import FollowUp, JobContext, JobHandler, JobRejected
+from tpu_runner.candidate import SparePool
+from tpu_runner.hardware import get_chip
+from tpu_runner.jobs import FollowUp, JobContext, JobHandler, JobRejected
 from tpu_runner.runner.job_kinds import EVALUATION_KINDS, ON_CHIP_KINDS
-from tpu_runner.sandbox.process import kill_running_children
+from tpu_runner.sandbox import kill_running_children
 
 log = logging.getLogger("kernelbot.runner")
 

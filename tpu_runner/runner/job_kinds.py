@@ -7,15 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tpu_runner.jobs.contract import (
-    FollowUp,
-    JobContext,
-    JobKinds,
-    JobOutcome,
-    JobRejected,
-    evaluation_record,
-    job_result,
-)
+from tpu_runner.jobs import FollowUp, JobContext, JobKinds, JobOutcome, JobRejected, evaluation_record, job_result
 
 EVALUATION_KINDS = JobKinds()  # this package's own: evaluate, production_check, noop
 # Kinds only a runner on a TPU of the job's target may take: what they decide needs the chip itself.
@@ -58,9 +50,10 @@ def _keep_files(ctx: JobContext, result: Any) -> dict[str, dict[str, str]]:
 
 def _evaluate(ctx: JobContext, payload: dict[str, Any]) -> Any:
     from storage.blobs import BlobError
-    from tpu_runner.evaluation.evaluate import EvalRequest, KernelFileError, evaluate
-    from tpu_runner.hardware.targets import UnknownTarget
-    from tpu_runner.tasks.task import TaskError
+    from tpu_runner.evaluation import EvalRequest, KernelFileError
+    from tpu_runner.evaluation.evaluate import evaluate
+    from tpu_runner.hardware import UnknownTarget
+    from tpu_runner.tasks import TaskError
 
     try:
         task_dir, kernel_path = _carried(ctx, payload)

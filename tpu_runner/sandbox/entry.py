@@ -19,7 +19,7 @@ import resource
 import runpy
 import sys
 
-from tpu_runner.reports.protocol import ChildStart, SandboxLimits
+from tpu_runner.reports import ChildStart, SandboxLimits
 
 
 def die_with_supervisor() -> None:

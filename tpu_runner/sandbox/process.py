@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage.settings import EvalLimits
-from tpu_runner.hardware.chip import QUEUED_STAGE
-from tpu_runner.hardware.libtpu import FAST_FORWARD_FLAG, STATIC_PROFILE_FLAG
-from tpu_runner.reports.protocol import ChildStart, SandboxLimits
+from tpu_runner.hardware import FAST_FORWARD_FLAG, QUEUED_STAGE, STATIC_PROFILE_FLAG
+from tpu_runner.reports import ChildStart, SandboxLimits
 
 # Passed through to the child; everything else (tokens, database URLs, API keys) stays behind.
 _ENV_KEEP = ("PATH", "LANG", "LC_ALL", "TZ", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")

@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from tpu_runner.reports.errors import candidate_line
+from tpu_runner.reports import candidate_line
 from tpu_runner.tasks.task import (
     Configuration,
     Task,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage.settings import EvalLimits, Settings
-from tpu_runner.sandbox.process import ChildOutcome, run_one_shot
+from tpu_runner.sandbox import ChildOutcome, run_one_shot
 from tpu_runner.tasks.task import TaskError
 
 TASK_FILES = ("reference.py", "kernel_task.yaml")

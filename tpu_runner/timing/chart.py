@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tpu_runner.hardware.targets import CHIPS
+from tpu_runner.hardware import CHIPS
 
 TOP_OPS = 5  # per program; the rest are one "other" bar
 COLOURS = {"candidate": "#55A868", "reference": "#4C72B0"}

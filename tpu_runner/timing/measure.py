@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import jax.profiler  # loaded now, so that the integrity check watches it from before the candidate runs
 import numpy as np
 
-from tpu_runner.checking.compare import compare_outputs
+from tpu_runner.checking import compare_outputs
 
 REFERENCE_NAME = "_kb_reference"
 CANDIDATE_NAME = "_kb_candidate"

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tpu_runner.compiler.service import CompileAnswer
-from tpu_runner.hardware.targets import ChipSpec
+from tpu_runner.compiler import CompileAnswer
+from tpu_runner.hardware import ChipSpec
 from tpu_runner.timing import calibration
 from tpu_runner.timing.calibration import FACTORS, GRID_STEP_CYCLES, LAUNCH_SECONDS, VPU_ELEMENTS_PER_CYCLE, factor
 from tpu_runner.timing.roofline import estimate

@@ -14,12 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tpu_runner.analysis.traffic import TrafficReport
-from tpu_runner.compiler.service import CompileAnswer
-from tpu_runner.hardware.targets import ChipSpec, Roofline, roofline
-from tpu_runner.reports.protocol import MeasuredTimes
-from tpu_runner.reports.result import Performance
-from tpu_runner.tasks.task import Configuration
+from tpu_runner.analysis import TrafficReport
+from tpu_runner.compiler import CompileAnswer
+from tpu_runner.hardware import ChipSpec, Roofline, roofline
+from tpu_runner.reports import MeasuredTimes, Performance
+from tpu_runner.tasks import Configuration
 from tpu_runner.timing.band import measured_band, program_band, speedup_band
 from tpu_runner.timing.model import KERNEL_TARGET, ProgramTime, programs_time
 from tpu_runner.timing.profile import kernel_facts

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpu_runner.hardware.targets import ChipSpec
+from tpu_runner.hardware import ChipSpec
 
 # Mosaic's default scoped VMEM limit per generation (the compiler refuses more unless vmem_limit_bytes says).
 DEFAULT_SCOPED_VMEM = {"v5e": 16 * 2**20, "v6e": 32 * 2**20, "v5p": 16 * 2**20}

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpu_runner.analysis.traffic import TrafficReport
-from tpu_runner.hardware.targets import BoundTime, ChipSpec, Roofline
+from tpu_runner.analysis import TrafficReport
+from tpu_runner.hardware import BoundTime, ChipSpec, Roofline
 
 # Anything estimated or measured below this fraction of the roofline time beats physics.
 PHYSICS_MARGIN = 0.9

@@ -17,7 +17,7 @@ from typing import Any
 from bot.cli.checks.compile import error_summary
 from bot.cli.checks.report import Check
 from bot.task_suites import SOURCE_ROOT
-from tpu_runner.hardware.targets import ChipSpec
+from tpu_runner.hardware import ChipSpec
 
 CHIP_TIMEOUT_S = 120.0
 _MARKER = "kernelbot-doctor-chip: "
@@ -60,7 +60,7 @@ def chip_probe(trace_root: str) -> None:
         _report({"busy": str(exc)})
         return
     opened = time.perf_counter() - t0
-    from tpu_runner.timing.measure import measure_pair
+    from tpu_runner.timing import measure_pair
 
     rng = np.random.default_rng(0)
     inputs = [[rng.standard_normal((_ROWS, _COLS)).astype(np.float32)] for _ in range(2)]

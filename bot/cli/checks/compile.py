@@ -15,8 +15,8 @@ from typing import Any
 from bot.cli.checks.install import JAX_PIN, installed_version
 from bot.cli.checks.report import Check
 from bot.task_suites import SOURCE_ROOT
-from tpu_runner.hardware.targets import ChipSpec, get_chip
-from tpu_runner.sandbox.process import exit_words
+from tpu_runner.hardware import ChipSpec, get_chip
+from tpu_runner.sandbox import exit_words
 
 COMPILE_TIMEOUT_S = 180.0
 _COMPILE_MARKER = "kernelbot-doctor-compile: "
@@ -29,7 +29,7 @@ def _add_one_kernel(x_ref: Any, o_ref: Any) -> None:
 
 def compile_probe(target: str) -> None:
     """In the child: lower and compile a tiny Pallas kernel for the target's topology; print one marked line."""
-    from tpu_runner.evaluation.task_info import prepare_libtpu_env
+    from tpu_runner.evaluation import prepare_libtpu_env
 
     chip = get_chip(target)
     prepare_libtpu_env(chip)  # before libtpu starts
@@ -38,7 +38,7 @@ def compile_probe(target: str) -> None:
     import jax.numpy as jnp
     from jax.experimental import pallas as pl
 
-    from tpu_runner.compiler.aot import target_sharding
+    from tpu_runner.compiler import target_sharding
 
     t0 = time.perf_counter()
     sharding = target_sharding(chip)

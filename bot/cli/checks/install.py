@@ -11,8 +11,7 @@ from pathlib import Path
 from bot.cli.checks.report import Check
 from bot.task_suites import SOURCE_ROOT
 from storage.settings import VARIABLES, Settings, SettingsError
-from tpu_runner.hardware.jax_versions import PINNED, SUPPORTED, supported
-from tpu_runner.hardware.targets import get_chip
+from tpu_runner.hardware import PINNED, SUPPORTED, get_chip, supported
 
 MIN_PYTHON = (3, 11)
 JAX_PIN = PINNED  # pyproject.toml's jax[tpu] pin, for fix hints when jax's own version is unknown

@@ -19,7 +19,7 @@ from bot.cli.checks.install import (
 from bot.cli.checks.report import Check
 from bot.cli.checks.slack import check_slack
 from storage.settings import Settings
-from tpu_runner.hardware.targets import get_chip
+from tpu_runner.hardware import get_chip
 
 
 def run_checks(load: Callable[[], Settings], *, skip_compile: bool = False,

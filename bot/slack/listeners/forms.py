@@ -17,7 +17,7 @@ from slack_bolt import Ack, BoltContext
 
 from bot.slack.listener_context import BotContext
 from bot.task_suites import suite_tasks
-from tpu_runner.tasks.reference_check import read_task_files
+from tpu_runner.tasks import read_task_files
 
 FORM = "submitted_form"  # the context key, and so the name of the listeners' argument
 

@@ -52,8 +52,7 @@ from bot.slack.views.port_form import (
 )
 from storage.errors import KernelbotError
 from tpu_runner.porting import PortError, PortResult, PortUnavailable
-from tpu_runner.tasks.reference_check import read_task_files
-from tpu_runner.tasks.task import TaskError, load_task
+from tpu_runner.tasks import TaskError, load_task, read_task_files
 
 log = logging.getLogger("kernelbot.slack")
 ITERATIONS = 5

@@ -32,8 +32,7 @@ from bot.slack.views.reference_form import (
     static_problems,
     task_files,
 )
-from tpu_runner.tasks.reference_check import add_checked_task
-from tpu_runner.tasks.task import TaskError, load_task
+from tpu_runner.tasks import TaskError, add_checked_task, load_task
 
 log = logging.getLogger("kernelbot.slack")
 HITL_ITERATIONS = 5

@@ -17,8 +17,7 @@ from bot.slack.outbound.thread_ops import Card, EventView, Progress, SessionView
 from bot.speedup import speedup_text
 from storage import outbox, sessions
 from storage.models import Candidate, Evaluation, KernelSession, SessionEvent, Step
-from tpu_runner.timing.chart import render_profile_chart
-from tpu_runner.timing.trace_export import trace_json
+from tpu_runner.timing import render_profile_chart, trace_json
 
 
 def evaluation_outcome(evaluate_outputs: dict[str, Any], result: dict[str, Any] | None) -> dict[str, Any]:

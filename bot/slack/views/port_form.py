@@ -24,7 +24,7 @@ from bot.slack.views.kit import (
     unfenced,
 )
 from tpu_runner.porting import PORT_SECONDS, PortResult
-from tpu_runner.tasks.pysource import parse as parse_source
+from tpu_runner.tasks import parse as parse_source
 
 PORT_CALLBACK = "port_kernel"
 PORTING_CALLBACK = "port_kernel_porting"

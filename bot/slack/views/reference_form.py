@@ -25,9 +25,9 @@ from bot.slack.views.kit import (
     text_input,
     unfenced,
 )
-from tpu_runner.hardware.targets import CHIPS
-from tpu_runner.tasks.pysource import parse as parse_source
-from tpu_runner.tasks.reference_check import CHECK_SECONDS, ReferenceCheck
+from tpu_runner.hardware import CHIPS
+from tpu_runner.tasks import CHECK_SECONDS, ReferenceCheck
+from tpu_runner.tasks import parse as parse_source
 
 REFERENCE_CALLBACK = "new_reference"
 CHECKING_CALLBACK = "new_reference_checking"

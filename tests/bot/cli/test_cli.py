@@ -18,7 +18,7 @@ from bot.cli import render
 from storage.migrate import head_revision
 from tests.conftest import CORPUS, TASKS
 from tests.fakes.anthropic_api import fake_anthropic
-from tpu_runner.reports.result import EvalResult, Performance
+from tpu_runner.reports import EvalResult, Performance
 
 KERNELBOT = [sys.executable, "-m", "bot.cli"]
 JSON_KEYS = {"task", "target", "host", "verdict", "stage", "message", "error", "correctness", "performance",

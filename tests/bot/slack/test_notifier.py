@@ -261,7 +261,7 @@ def test_delivery_on_postgresql(kind: str, tmp_path: Path, slack: FakeSlack) -> 
 def test_a_compile_failure_is_fixed_without_asking_and_shown_as_it_happens(
         engine: Engine, settings: Settings, slack: FakeSlack, tmp_path: Path) -> None:
     from agents.auto import StageCallback
-    from tpu_runner.reports.result import EvalError, EvalResult, failure
+    from tpu_runner.reports import EvalError, EvalResult, failure
 
     calls = {"n": 0}
 
@@ -306,7 +306,7 @@ def test_a_search_thread_counts_its_evaluations_and_ends_with_the_best_kernel(
     from agents.search import NODE_JOB, start_search
     from agents.search_decide import SearchConfig
     from tests.conftest import TASKS
-    from tpu_runner.tasks.task import load_task
+    from tpu_runner.tasks import load_task
 
     with Session(engine) as s, s.begin():
         sid = start_search(s, task=load_task(TASKS / "softmax"), target="v6e", config=SearchConfig(budget=2),
@@ -536,7 +536,7 @@ def test_the_owner_is_told_once_when_the_bot_is_removed_from_the_sessions_channe
 def test_the_result_card_gives_the_estimates_likely_range(
         engine: Engine, settings: Settings, slack: FakeSlack, tmp_path: Path) -> None:
     from agents.auto import StageCallback
-    from tpu_runner.reports.result import EvalResult
+    from tpu_runner.reports import EvalResult
 
     def unclear(path: Path, on_stage: StageCallback | None = None) -> EvalResult:  # x1.04, likely x0.90-x1.20
         data = hitl_script.replayed(path, on_stage).to_json()

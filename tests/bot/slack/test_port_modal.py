@@ -48,7 +48,7 @@ from tests.support.bot import Served, bot_app
 from tests.support.reading import wait_for
 from tests.support.slack_http import SECRET, command, interaction, served, submit_view
 from tpu_runner.porting import PortResult
-from tpu_runner.tasks.reference_check import read_task_files
+from tpu_runner.tasks import read_task_files
 
 SOURCES = CORPUS / "port_sources"
 

@@ -36,9 +36,9 @@ from storage.models import Job, KernelSession
 from storage.settings import Settings, load_settings
 from tests.support.bot import Served, bot_app
 from tests.support.slack_http import command, submit_view
-from tpu_runner.hardware.targets import CHIPS
-from tpu_runner.jobs.contract import JobContext, JobRejected
-from tpu_runner.tasks.reference_check import ReferenceCheck, files_digest, read_task_files
+from tpu_runner.hardware import CHIPS
+from tpu_runner.jobs import JobContext, JobRejected
+from tpu_runner.tasks import ReferenceCheck, files_digest, read_task_files
 
 GOOD = '''\
 """Scaled tanh."""

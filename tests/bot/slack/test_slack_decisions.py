@@ -30,7 +30,7 @@ from tests.fakes.slack_api import BOT_TOKEN, FakeSlack, Message, fake_slack
 from tests.support import hitl_script
 from tests.support.reading import buttons, keys, text_of, wait_for
 from tests.support.slack_http import SECRET, click, event, served
-from tpu_runner.runner.daemon import RunnerConfig, RunnerDaemon
+from tpu_runner.runner import RunnerConfig, RunnerDaemon
 
 
 @dataclass
