@@ -6,7 +6,8 @@
 - matmul: one matmul (2-D, or batched over a leading axis) whose output feeds any such chain: the epilogue,
   fused into the kernel and computed on the f32 accumulator in VMEM.
 - attention: two matmuls, scaled dot-product attention (agents.offline.attention).
-- convolution (the agents.offline.conv package) and scan (agents.offline.scan), in their own modules (RECOGNISERS).
+- convolution and scan (the agents.offline.conv and agents.offline.scan packages), in their own modules
+  (RECOGNISERS).
 Everything else gets a NotRecognised that names what it met.
 """
 

@@ -6,10 +6,10 @@ A family defines a frozen dataclass for what it recognised (a spec) with the met
 recogniser in `families.RECOGNISERS`; `families.recognise` tries those before the built-in families, so a family
 owns the primitives it claims (a convolution, a scan) and says why when it cannot take a program.
 
-A family package (agents.offline.attention, agents.offline.conv) keeps one idea per module: what was recognised
-(shape), recognising it, the parameters (a typed frozen dataclass, its space and the brain's choice), the
-kernel's source, its fixed helpers as real functions (helpers) and the spec with the methods below (family). The
-parameters cross into the dicts of the plans, the search and the written module's TUNABLE block through
+A family package (agents.offline.attention, agents.offline.conv, agents.offline.scan) keeps one idea per module:
+what was recognised (shape), recognising it, the parameters (a typed frozen dataclass, its space and the brain's
+choice), the kernel's source, its fixed helpers as real functions (helpers) and the spec with the methods below
+(family). The parameters cross into the dicts of the plans, the search and the written module's TUNABLE block through
 `as_tunable` and `from_tunable`, here.
 """
 

@@ -15,8 +15,9 @@ from agents.offline import kernel_helpers
 from agents.offline.attention import helpers as attention_helpers
 from agents.offline.conv import helpers as conv_helpers
 from agents.offline.helper_text import helper_source
+from agents.offline.scan import helpers as scan_helpers
 
-MODULES = (kernel_helpers, attention_helpers, conv_helpers)
+MODULES = (kernel_helpers, attention_helpers, conv_helpers, scan_helpers)
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
@@ -91,3 +92,17 @@ def test_valid_mask_leaves_out_wide_and_padded_positions() -> None:
     want = [1.0 if p < 2 * 5 and p % 5 < 3 else 0.0 for p in range(16)]
     np.testing.assert_array_equal(mask, want)
     assert conv_helpers._padded(jnp.ones((2, 3)), 0, 8).shape == (8, 3)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_chunks_prefix_sums_along_and_across_the_lanes(reverse: bool) -> None:
+    rng = np.random.default_rng(2)
+    rows = rng.standard_normal((8, 128)).astype(np.float32)  # a block along the lanes: (lines, chunk)
+    want = np.flip(np.cumsum(np.flip(rows, 1), 1), 1) if reverse else np.cumsum(rows, 1)
+    triangle = scan_helpers._triangle_lanes_reverse if reverse else scan_helpers._triangle_lanes
+    got = scan_helpers._prefix_lanes(jnp.asarray(rows), triangle(128))
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+    cols = rows.T.copy()  # a block across them: (chunk, lines)
+    triangle = scan_helpers._triangle_sublanes_reverse if reverse else scan_helpers._triangle_sublanes
+    got = scan_helpers._prefix_sublanes(jnp.asarray(cols), triangle(128))
+    np.testing.assert_allclose(np.asarray(got), want.T, rtol=1e-4, atol=1e-4)
