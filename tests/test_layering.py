@@ -220,16 +220,11 @@ def test_every_exported_name_resolves_to_its_module(part: str) -> None:
         package.no_such_name  # noqa: B018
 
 
-# agents/offline/ still imports by module path: its modules are being moved on another branch, and are rewritten
-# (the same ast rewrite) when the two meet.
-NOT_YET_REWRITTEN = ("agents/offline/",)
-
-
 def _python_files() -> Iterator[Path]:
     for top in (*PACKAGES, "tests", "benchmarks"):
         for path in sorted((REPO / top).rglob("*.py")):
             rel = path.relative_to(REPO).as_posix()
-            if not rel.startswith(("tests/corpus/", *NOT_YET_REWRITTEN)):
+            if not rel.startswith("tests/corpus/"):
                 yield path
 
 

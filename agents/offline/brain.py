@@ -32,8 +32,8 @@ from agents.offline.reading import Reading, read_task
 from agents.plan_parameters import LINE, parameters_line
 from agents.subagents import AgentAnswerError, code_blocks
 from storage.settings import Settings
-from tpu_runner.hardware.targets import ChipSpec
-from tpu_runner.tasks.task import Task
+from tpu_runner.hardware import ChipSpec
+from tpu_runner.tasks import Task
 
 REDIRECTS = {
     "block RxC": "block rows (or M) x columns (or N), e.g. 'block 256x512'",

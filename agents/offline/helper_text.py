@@ -13,7 +13,7 @@ import functools
 import importlib.util
 from pathlib import Path
 
-from tpu_runner.tasks.pysource import parse
+from tpu_runner.tasks import parse
 
 
 @functools.cache

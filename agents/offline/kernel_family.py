@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from tpu_runner.hardware.targets import ChipSpec
+from tpu_runner.hardware import ChipSpec
 
 
 @runtime_checkable

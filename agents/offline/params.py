@@ -16,8 +16,8 @@ from agents.offline.families import Matmul, Rowwise, Spec
 from agents.offline.kernel_family import FamilySpec, floor_in
 from agents.offline.program import Program, Value, itemsize
 from storage.settings import EvalLimits
-from tpu_runner.hardware.targets import ChipSpec
-from tpu_runner.timing.calibration import GRID_STEP_CYCLES, HBM_EFFICIENCY
+from tpu_runner.hardware import ChipSpec
+from tpu_runner.timing import GRID_STEP_CYCLES, HBM_EFFICIENCY
 
 MiB = 2**20
 DEFAULT_VMEM_LIMIT = 64 * MiB

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from tpu_runner.hardware.jax_versions import bind_equation
-from tpu_runner.tasks.task import Configuration, Task, import_reference
+from tpu_runner.hardware import bind_equation
+from tpu_runner.tasks import Configuration, Task, import_reference
 
 _NESTED = ("jaxpr", "call_jaxpr", "fun_jaxpr")
 DRAWN_BYTES = 1 << 18  # the most bytes of the reference's own arrays a kernel's source carries, per configuration

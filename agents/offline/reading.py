@@ -28,8 +28,8 @@ from agents.offline.families import recognise
 from agents.offline.program import Draw, Op, Program, Value, trace
 from agents.offline.tail import TAIL_PRIMS
 from storage.settings import Settings
-from tpu_runner.sandbox.process import run_one_shot
-from tpu_runner.tasks.task import (
+from tpu_runner.sandbox import run_one_shot
+from tpu_runner.tasks import (
     Configuration,
     Task,
     abstract_configurations,
@@ -170,8 +170,8 @@ def _small_configuration(config: Configuration, fn: Any) -> Configuration | None
     an attention-like reference is checked on when the task has no get_test_inputs()."""
     import jax
 
-    from tpu_runner.checking.checkshapes import derived_candidates, free_axes, reference_form
-    from tpu_runner.tasks.inputs import Case, case_inputs
+    from tpu_runner.checking import derived_candidates, free_axes, reference_form
+    from tpu_runner.tasks import Case, case_inputs
 
     try:
         free = free_axes(config, fn, reference_form(config, fn))

@@ -11,7 +11,7 @@ from agents.offline.attention.params import AttentionParams, attention_space, ch
 from agents.offline.attention.shape import AttentionShape
 from agents.offline.attention.source import attention_source
 from agents.offline.kernel_family import as_tunable, from_tunable
-from tpu_runner.hardware.targets import ChipSpec
+from tpu_runner.hardware import ChipSpec
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import Any
 from agents.offline.attention.shape import AttentionShape, MiB, in_place
 from agents.offline.kernel_family import floor_in
 from agents.offline.program import itemsize
-from tpu_runner.hardware.targets import ChipSpec
+from tpu_runner.hardware import ChipSpec
 
 
 @dataclass(frozen=True, kw_only=True)

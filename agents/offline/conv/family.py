@@ -11,7 +11,7 @@ from agents.offline.conv.params import ConvParams, choose_params, conv_space
 from agents.offline.conv.shape import PLANE, POOL, TILED, ConvShape
 from agents.offline.conv.source import conv_source
 from agents.offline.kernel_family import as_tunable, from_tunable
-from tpu_runner.hardware.targets import ChipSpec
+from tpu_runner.hardware import ChipSpec
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from agents.offline.conv.shape import (
 from agents.offline.expr import default_dtypes, dtype_space
 from agents.offline.kernel_family import floor_in
 from agents.offline.program import itemsize
-from tpu_runner.hardware.targets import ChipSpec
+from tpu_runner.hardware import ChipSpec
 
 
 @dataclass(frozen=True, kw_only=True)

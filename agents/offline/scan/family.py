@@ -12,7 +12,7 @@ from agents.offline.kernel_family import as_tunable
 from agents.offline.scan.params import choose_cumsum, choose_recurrence, cumsum_space, recurrence_space
 from agents.offline.scan.shape import CumsumShape, RecurrenceShape
 from agents.offline.scan.source import cumsum_source, recurrence_source
-from tpu_runner.hardware.targets import ChipSpec
+from tpu_runner.hardware import ChipSpec
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from agents.offline.expr import FULL
 from agents.offline.kernel_family import floor_in
 from agents.offline.program import itemsize
 from agents.offline.scan.shape import CumsumShape, RecurrenceShape
-from tpu_runner.hardware.targets import ChipSpec
+from tpu_runner.hardware import ChipSpec
 
 MiB = 2**20
 BLOCK_TARGET_BYTES = 2 * MiB  # a streamed block long enough to reach HBM bandwidth, small enough to double-buffer
