@@ -7,10 +7,15 @@ measurement and their ratio per workload, then a summary over all and by operati
 0.8-1.25x, the geometric mean ratio, the worst cases. The same run prints the previous model's figures (the
 whole program's static cycles against its bytes at bandwidth, no calibration) as the baseline.
 
+With `--measured-log FILE` (what `benchmarks/on_chip.py --log` appended on a TPU host), the measurements are that
+log's: the reference's (XLA's) measured device time of each task of both suites on the log's chip, estimated for
+that chip (`--target` follows the log). That is how a chip's own factors are fitted (`fit_timing_model.py`).
+
 Then the Pallas side: the published Pallas TPU matmul guide's measured table (v5e, bf16, block sizes against
 time) against the estimates of the same kernels (`--pallas`).
 
     .venv/bin/python benchmarks/estimate_fidelity.py [--only NAME,NAME] [--json] [--dump FILE] [--pallas]
+    .venv/bin/python benchmarks/estimate_fidelity.py --measured-log benchmarks/on_chip_v5e.jsonl --dump FILE
 
 A workload the static profiler aborts on, or whose profile is over its memory cap, is still estimated (the model
 falls back to its per-op figures) and says so. The first run compiles every reference (several minutes; the
@@ -34,12 +39,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from storage.settings import load_settings  # noqa: E402
 from tpu_runner.compiler import CompileAnswer, compile_service  # noqa: E402
-from tpu_runner.hardware import get_chip  # noqa: E402
+from tpu_runner.hardware import chip_for_device_kind, get_chip  # noqa: E402
 from tpu_runner.reference import reference_store  # noqa: E402
 from tpu_runner.tasks import load_task  # noqa: E402
 from tpu_runner.timing import programs_time, static_profile_time  # noqa: E402
 
 SUITE = Path(__file__).resolve().parent / "measured"
+SUITES = {"measured": SUITE, "tasks": SUITE.parent.parent / "tasks"}  # as benchmarks/on_chip.py names them
 WITHIN = (0.8, 1.25)
 
 
@@ -69,6 +75,30 @@ def measured_tasks(only: set[str] | None) -> list[tuple[Path, dict]]:
     return out
 
 
+def logged_tasks(log: Path, only: set[str] | None) -> tuple[str, list[tuple[Path, dict]]]:
+    """The tasks an on-chip log measured the reference of (the last entry of each), as (directory, metadata with
+    `measured.xla_ms` the log's reference time), and the chip they were measured on."""
+    last: dict[tuple[str, str], dict] = {}
+    for line in log.read_text().splitlines():
+        if line.strip():
+            entry = json.loads(line)
+            last[(entry["suite"], entry["task"])] = entry
+    kinds = {e["device"] for e in last.values() if e.get("reference_ms")}
+    if len(kinds) != 1:
+        raise SystemExit(f"{log}: expected measurements from one chip, found {sorted(kinds) or 'none'}")
+    chip = chip_for_device_kind(kinds.pop())
+    if chip is None:
+        raise SystemExit(f"{log}: no target has that device kind")
+    out = []
+    for (suite, name), entry in sorted(last.items()):
+        if entry.get("reference_ms") and (not only or name in only):
+            path = SUITES[suite] / name
+            meta_path = path / "kernel_task.yaml"
+            meta = yaml.safe_load(meta_path.read_text()) if meta_path.is_file() else {}
+            out.append((path, {**meta, "measured": {"xla_ms": entry["reference_ms"]}}))
+    return chip.name, out
+
+
 def summary(rows: list[Row], figure: str) -> dict[str, float]:
     ratios = [getattr(r, figure) / r.measured_ms for r in rows if getattr(r, figure)]
     if not ratios:
@@ -87,18 +117,25 @@ def main() -> None:
                         "cycles) to this JSON file, for fitting the model")
     parser.add_argument("--target", default="v6e")
     parser.add_argument("--pallas", action="store_true", help="only the Pallas matmul guide's measurements")
+    parser.add_argument("--measured-log", type=Path, help="measurements from an on-chip log (benchmarks/on_chip.py "
+                        "--log) instead of the measured suite's v6e times; the target is the log's chip")
     args = parser.parse_args()
     if args.pallas:
         pallas_fidelity(as_json=args.json)
         return
+    only = {n for n in args.only.split(",") if n} or None
+    if args.measured_log:
+        target, workloads = logged_tasks(args.measured_log, only)
+    else:
+        target, workloads = args.target, measured_tasks(only)
     settings = load_settings()
-    chip = get_chip(args.target)
+    chip = get_chip(target)
     store = reference_store(settings)
     rows: list[Row] = []
     dump: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="fidelity-") as tmp, compile_service(
             root=Path(tmp), limits=settings.limits, static_profile=settings.static_profile) as compilers:
-        for path, meta in measured_tasks({n for n in args.only.split(",") if n} or None):
+        for path, meta in workloads:
             task = load_task(path)
             print(f"... {task.task_id}", file=sys.stderr, flush=True)
             answers: list[CompileAnswer] = store.costs(task, target=chip.name, mode=settings.static_profile,
@@ -107,7 +144,9 @@ def main() -> None:
             baseline = static_profile_time(chip, answers, mode=settings.static_profile)
             rows.append(Row(task.task_id, meta.get("operation_class", "?"), float(meta["measured"]["xla_ms"]),
                             timed.seconds * 1e3, baseline * 1e3 if baseline else None, timed.how))
-            dump[task.task_id] = {"class": meta.get("operation_class"), "measured_ms": meta["measured"]["xla_ms"],
+            dump[task.task_id] = {"target": chip.name, "measured_from": str(args.measured_log or SUITE.name),
+                                  "class": meta.get("operation_class"),
+                                  "measured_ms": meta["measured"]["xla_ms"],
                                   "answers": [{**asdict(a), "error": None} for a in answers]}
     if args.dump:
         args.dump.write_text(json.dumps(dump))

@@ -6,10 +6,14 @@ the measured programs, a factor on that source's compute time is fitted by minim
 estimated to measured time over all workloads (coordinate descent on a log grid, with a mild pull towards 1 so
 that a class seen in one workload is not bent to it alone). Printed: the factors, the fit's fidelity, the
 leave-one-out fidelity (each workload estimated with factors fitted without it: what to expect on workloads
-the fit has not seen), and the bands per class from the leave-one-out ratios. Paste the printed
-`FACTORS` and `BANDS` into calibration.py.
+the fit has not seen), and the bands per class from the leave-one-out ratios. For v6e (the measured suite's
+times), paste the printed `FACTORS` and `BANDS` into calibration.py; for a chip measured by an on-chip log,
+`--write` keeps them as that chip's data (`tpu_runner/timing/fitted/<target>.json`, with the fit's figures),
+which estimates for that chip then use.
 
     .venv/bin/python benchmarks/fit_timing_model.py /tmp/fidelity-dump.json
+    .venv/bin/python benchmarks/estimate_fidelity.py --measured-log benchmarks/on_chip_v5e.jsonl --dump /tmp/v5e.json
+    .venv/bin/python benchmarks/fit_timing_model.py /tmp/v5e.json --write
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tpu_runner.compiler import CompileAnswer  # noqa: E402
 from tpu_runner.hardware import get_chip  # noqa: E402
-from tpu_runner.timing import calibration  # noqa: E402
+from tpu_runner.timing import UNCALIBRATED, calibration  # noqa: E402
 from tpu_runner.timing import model as timing_model
 
 GRID = [math.exp(x / 40) for x in range(-60, 61)]  # 0.22x .. 4.5x, 2.5% steps
@@ -36,14 +40,7 @@ ROUNDS = 6
 
 def unit_times(chip, answers: list[CompileAnswer]) -> list[timing_model.OpTime]:
     """Each op's time with every factor 1 (factors are applied afterwards, so the fit never recompiles)."""
-    saved, saved_hbm = dict(calibration.FACTORS), calibration.HBM_EFFICIENCY
-    calibration.FACTORS.clear()
-    calibration.HBM_EFFICIENCY = 1.0
-    try:
-        return list(timing_model.programs_time(chip, answers, mode="fast").ops)
-    finally:
-        calibration.FACTORS.update(saved)
-        calibration.HBM_EFFICIENCY = saved_hbm
+    return list(timing_model.programs_time(chip, answers, mode="fast", calibration=UNCALIBRATED).ops)
 
 
 HBM = ("hbm", "efficiency")  # the fitted share of the HBM bandwidth, a factor on every op's memory time too
@@ -89,10 +86,12 @@ def describe(ratios: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dump", type=Path)
-    parser.add_argument("--target", default="v6e")
+    parser.add_argument("--target", help="the chip the times were measured on (default: the dump's, else v6e)")
+    parser.add_argument("--write", action="store_true", help="keep the fit as the chip's own calibration data")
     args = parser.parse_args()
-    chip = get_chip(args.target)
     raw = json.loads(args.dump.read_text())
+    target = args.target or next((w["target"] for w in raw.values() if w.get("target")), "v6e")
+    chip = get_chip(target)
     data = {name: (unit_times(chip, [CompileAnswer.from_json(a) for a in w["answers"]]), w["measured_ms"] / 1e3)
             for name, w in raw.items()}
     share: dict[tuple[str, str], float] = {}
@@ -102,30 +101,53 @@ def main() -> None:
                 share[(op.source, op.op_class)] = share.get((op.source, op.op_class), 0.0) + op.seconds / measured
     keys = [*sorted(k for k, v in share.items() if v > 0.05), HBM]  # pairs that carry time somewhere
     factors = fit(data, keys)
-    print("before:", describe([total(ops, {}) / m for ops, m in data.values()]))
-    print("fitted:", describe([total(ops, factors) / m for ops, m in data.values()]))
+    fidelity = {"before": describe([total(ops, {}) / m for ops, m in data.values()]),
+                "fitted": describe([total(ops, factors) / m for ops, m in data.values()])}
     held_out: dict[str, float] = {}
     for name in data:
         rest = {n: v for n, v in data.items() if n != name}
         ops, measured = data[name]
         held_out[name] = total(ops, fit(rest, keys)) / measured
-    print("leave-one-out:", describe(list(held_out.values())))
+    fidelity["leave-one-out"] = describe(list(held_out.values()))
+    print(f"{len(data)} workloads measured on {target}")
+    for label, text in fidelity.items():
+        print(f"{label}: {text}")
     for name, r in sorted(held_out.items(), key=lambda kv: kv[1]):
         print(f"  {name:<52} {r:5.2f}  ({dominant(data[name][0], factors)})")
     by_class: dict[str, list[float]] = {}
     for name, r in held_out.items():
         by_class.setdefault(dominant(data[name][0], factors), []).append(1.0 / r)  # true / estimated
+    bands, default_band = class_bands(by_class)
     print("FACTORS = {")
     for key in keys[:-1]:
         print(f"    {key!r}: {factors[key]:.3f},")
     print(f"}}\nHBM_EFFICIENCY = {factors[HBM]:.3f}")
-    everything = sorted(t for trues in by_class.values() for t in trues)
     print("BANDS = {")
-    for cls, trues in sorted(by_class.items()):
-        # A class seen in fewer than 3 workloads says little about its own spread: it gets everything's.
-        spread = sorted(trues) if len(trues) >= MIN_CLASS_WORKLOADS else everything
-        print(f"    {cls!r}: {_band(spread)},  # {len(trues)} workloads")
-    print(f"}}\nDEFAULT_BAND = {_band(everything)}")
+    for cls, band in bands.items():
+        print(f"    {cls!r}: {band},  # {len(by_class[cls])} workloads")
+    print(f"}}\nDEFAULT_BAND = {default_band}")
+    if args.write:
+        path = calibration.FITTED / f"{target}.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps({
+            "target": target, "workloads": len(data), "fidelity": fidelity,
+            "measured_from": sorted({w.get("measured_from", "?") for w in raw.values()}),
+            "made_by": "benchmarks/estimate_fidelity.py --measured-log LOG --dump D; "
+                       "benchmarks/fit_timing_model.py D --write",
+            "factors": {f"{s}/{c}": round(factors[(s, c)], 3) for s, c in keys[:-1]},
+            "hbm_efficiency": round(factors[HBM], 3), "bands": bands, "default_band": default_band,
+            "held_out": {name: round(r, 3) for name, r in sorted(held_out.items())},
+        }, indent=1) + "\n")
+        print(f"wrote {path}")
+
+
+def class_bands(by_class: dict[str, list[float]]) -> tuple[dict[str, tuple[float, float]], tuple[float, float]]:
+    """Each class's band from its workloads' leave-one-out true / estimated times, and the band of all of them."""
+    everything = sorted(t for trues in by_class.values() for t in trues)
+    # A class seen in fewer than 3 workloads says little about its own spread: it gets everything's.
+    bands = {cls: _band(sorted(trues) if len(trues) >= MIN_CLASS_WORKLOADS else everything)
+             for cls, trues in sorted(by_class.items())}
+    return bands, _band(everything)
 
 
 MIN_CLASS_WORKLOADS = 3

@@ -3,6 +3,7 @@ compiles), their time, and the band an estimate carries."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -131,3 +132,42 @@ def test_a_kernels_time_counts_under_the_class_its_band_is_kept_for():
     by_class = program_time(V6E, answer, mode="fast", kernel_bytes=8e6).by_class()
     assert set(by_class) == {"kernel"} and "kernel" in calibration.BANDS
     assert program_band(by_class, "v6e") == calibration.BANDS["kernel"]
+
+
+def _fitted_file(folder: Path, target: str) -> None:
+    folder.mkdir(exist_ok=True)
+    (folder / f"{target}.json").write_text(json.dumps({
+        "target": target, "workloads": 3, "factors": {"xla/batched_matmul": 2.0}, "hbm_efficiency": 0.5,
+        "bands": {"batched_matmul": [0.8, 1.3]}, "default_band": [0.7, 1.4]}))
+
+
+def test_a_chip_with_factors_of_its_own_is_estimated_and_banded_by_them(monkeypatch, tmp_path):
+    monkeypatch.setattr(calibration, "FITTED", tmp_path / "fitted")
+    calibration._fitted.cache_clear()
+    try:
+        _fitted_file(tmp_path / "fitted", "v6e")
+        answer = CompileAnswer(True, hlo_text=BMM)
+        own = {op.name: op for op in program_time(V6E, answer, mode="fast").ops}
+        shared = {op.name: op for op in program_time(V6E, answer, mode="fast",
+                                                     calibration=calibration.UNCALIBRATED).ops}
+        assert own["fusion"].compute_seconds == pytest.approx(2 * shared["fusion"].compute_seconds)
+        assert own["fusion"].memory_seconds == pytest.approx(2 * shared["fusion"].memory_seconds)
+        assert program_band({"batched_matmul": 1.0}, "v6e") == (0.8, 1.3)  # its own, not widened
+        assert program_band({"sort": 1.0}, "v6e") == (0.7, 1.4)
+        assert program_band({"kernel": 1.0}, "v6e") == calibration.BANDS["kernel"]
+        low, high = program_band({"batched_matmul": 1.0}, "v5p")  # no file: v6e's tables, widened
+        assert (low, high) != (0.8, 1.3) and low < calibration.BANDS["batched_matmul"][0]
+    finally:
+        calibration._fitted.cache_clear()
+
+
+def test_the_shipped_fits_are_whole_and_their_bands_hold_their_own_held_out_workloads():
+    for path in sorted(calibration.FITTED.glob("*.json")):
+        data = json.loads(path.read_text())
+        fitted = calibration.for_target(path.stem)
+        assert fitted.fitted_on == path.stem == data["target"] and 0 < fitted.hbm_efficiency <= 1
+        assert all(0.2 < f < 5 for f in fitted.factors.values())
+        assert all(low <= 1.0 <= high for low, high in fitted.bands.values())
+        trues = sorted(1 / r for r in data["held_out"].values())
+        inside = sum(fitted.default_band[0] <= t <= fitted.default_band[1] for t in trues)
+        assert len(trues) == data["workloads"] and inside >= 0.75 * len(trues)

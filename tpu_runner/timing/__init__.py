@@ -7,7 +7,8 @@ from tpu_runner import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "program_time": "model", "programs_time": "model", "static_profile_time": "model",
-    "GRID_STEP_CYCLES": "calibration", "HBM_EFFICIENCY": "calibration",
+    "GRID_STEP_CYCLES": "calibration", "HBM_EFFICIENCY": "calibration", "Calibration": "calibration",
+    "for_target": "calibration", "UNCALIBRATED": "calibration",
     "band_text": "band", "clear_gain": "band", "describe_speedup": "band", "measured_band": "band",
     "program_band": "band", "speedup_band": "band",
     "candidate_hbm_bytes": "roofline", "estimate": "roofline", "performance_flags": "roofline",

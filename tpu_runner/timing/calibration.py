@@ -5,10 +5,19 @@ TPU v6e, median of 50, bf16 inputs) and on the Pallas TPU matmul guide's measure
 one source's compute time for one class of operation; it is a property of the hardware and the compiler (how
 far XLA's tiling cost model or the static LLO profile is from the chip), never of a task: no task name or
 measured time is looked up at run time. Other TPU generations use the same factors (not yet checked against a
-measurement there; their bands say so by being the widest).
+measurement there; their bands say so by being the widest), unless a chip has factors of its own: fitted by the
+same script on that chip's measurements (`benchmarks/on_chip.py --log` on a TPU host, then
+`benchmarks/estimate_fidelity.py --measured-log` and `fit_timing_model.py --write`), kept as data beside this
+module (`fitted/<target>.json`), with that chip's own leave-one-out bands.
 """
 
 from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 
 # (source, operation class) -> factor on that source's compute time. Unlisted pairs: 1.0.
 # Fitted on the 23 workloads of benchmarks/measured (v6e): XLA's cost model is close for 2-D matmuls (0.95) and
@@ -59,12 +68,52 @@ MEASURED_TARGETS = ("v6e",)  # where the bands were measured; elsewhere they are
 UNMEASURED_WIDENING = 1.25
 
 
-def factor(source: str, op_class: str) -> float:
-    return FACTORS.get((source, op_class), 1.0)
+FITTED = Path(__file__).resolve().parent / "fitted"  # <target>.json: a chip's own factors, bands, the fit's data
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The factors and bands an estimate for one chip uses, and the chip whose measurements they were fitted on."""
+
+    fitted_on: str
+    factors: Mapping[tuple[str, str], float]
+    hbm_efficiency: float
+    bands: Mapping[str, tuple[float, float]]
+    default_band: tuple[float, float]
+
+    def factor(self, source: str, op_class: str) -> float:
+        return self.factors.get((source, op_class), 1.0)
+
+
+# Every figure as the compiler gives it: what a fit starts from.
+UNCALIBRATED = Calibration("none", {}, 1.0, {}, DEFAULT_BAND)
+
+
+@functools.cache
+def _fitted(target: str) -> Calibration | None:
+    path = FITTED / f"{target}.json"
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    factors = {tuple(key.split("/", 1)): value for key, value in data["factors"].items()}
+    # Pallas kernels' band comes from the kernels measured for the per-step cost (on v5e), not from XLA programs.
+    bands = {"kernel": BANDS["kernel"], **{k: tuple(v) for k, v in data["bands"].items()}}
+    return Calibration(target, factors, data["hbm_efficiency"], bands, tuple(data["default_band"]))
+
+
+def for_target(target: str) -> Calibration:
+    """The chip's own fitted calibration when it has one, else the one fitted on v6e (read at each call, so the
+    module's tables stay the one place v6e's live)."""
+    return _fitted(target) or Calibration(MEASURED_TARGETS[0], FACTORS, HBM_EFFICIENCY, BANDS, DEFAULT_BAND)
+
+
+def factor(source: str, op_class: str, target: str = "v6e") -> float:
+    return for_target(target).factor(source, op_class)
 
 
 def band(op_class: str, target: str) -> tuple[float, float]:
-    low, high = BANDS.get(op_class, DEFAULT_BAND)
-    if target not in MEASURED_TARGETS:
+    calibration = for_target(target)
+    low, high = calibration.bands.get(op_class, calibration.default_band)
+    if target != calibration.fitted_on and target not in MEASURED_TARGETS:
         low, high = low / UNMEASURED_WIDENING, high * UNMEASURED_WIDENING
     return low, high

@@ -11,9 +11,9 @@ cost, and the program takes their sum. An op's compute comes from the best figur
 - `work`: when neither exists (the profiler aborted on a kernel), its FLOPs at the MXU peak and its elementwise
   work at the VPU's rate - the task's FLOPs for a candidate's kernels, never the candidate's own CostEstimate.
 
-What each figure misses on the hardware is a factor per source and operation class (`calibration.FACTORS`),
-fitted on measured TPU times; the same model times candidate and reference. A candidate's kernels move the bytes
-its grid and BlockSpecs say (`traffic.py`), not their operands once.
+What each figure misses on the hardware is a factor per source and operation class (`calibration.FACTORS`, or
+the chip's own), fitted on measured TPU times; the same model times candidate and reference. A candidate's
+kernels move the bytes its grid and BlockSpecs say (`traffic.py`), not their operands once.
 """
 
 from __future__ import annotations
@@ -23,8 +23,14 @@ from dataclasses import dataclass
 
 from tpu_runner.compiler import CompileAnswer
 from tpu_runner.hardware import ChipSpec
-from tpu_runner.timing import calibration
-from tpu_runner.timing.calibration import FACTORS, GRID_STEP_CYCLES, LAUNCH_SECONDS, VPU_ELEMENTS_PER_CYCLE, factor
+from tpu_runner.timing.calibration import (
+    FACTORS,
+    GRID_STEP_CYCLES,
+    LAUNCH_SECONDS,
+    VPU_ELEMENTS_PER_CYCLE,
+    Calibration,
+    for_target,
+)
 from tpu_runner.timing.roofline import estimate
 
 KERNEL_TARGET = "tpu_custom_call"  # a Mosaic kernel: a Pallas kernel, or one XLA wrote itself
@@ -99,10 +105,13 @@ def _profile_cycles(answer: CompileAnswer) -> tuple[dict[str, int], int]:
 
 
 def program_time(chip: ChipSpec, answer: CompileAnswer, *, mode: str, kernel_bytes: float | None = None,
-                 kernel_flops: float = 0.0, kernel_steps: int = 0) -> ProgramTime:
+                 kernel_flops: float = 0.0, kernel_steps: int = 0,
+                 calibration: Calibration | None = None) -> ProgramTime:
     """One compiled program's time. `kernel_bytes`: what its Pallas kernels move by their BlockSpecs (a candidate);
     `kernel_flops`: the work its kernels must at least do, used only when the profile has no cycles for them;
-    `kernel_steps`: their grid steps, each of which costs a fixed time besides its DMAs and compute."""
+    `kernel_steps`: their grid steps, each of which costs a fixed time besides its DMAs and compute;
+    `calibration`: the factors (default: the chip's own, `calibration.for_target`)."""
+    calibration = calibration or for_target(chip.name)
     by_name, unclaimed = _profile_cycles(answer)
     ops = answer.hlo_ops
     kernels = [op for op in ops if op.target == KERNEL_TARGET]
@@ -112,7 +121,7 @@ def program_time(chip: ChipSpec, answer: CompileAnswer, *, mode: str, kernel_byt
     for op in ops:
         share = op.hbm_bytes * op.repeat / kernel_io if op in kernels else 0.0
         memory_bytes = kernel_bytes * share / op.repeat if op in kernels and kernel_bytes is not None else op.hbm_bytes
-        memory = memory_bytes / (chip.hbm_bandwidth * calibration.HBM_EFFICIENCY)
+        memory = memory_bytes / (chip.hbm_bandwidth * calibration.hbm_efficiency)
         op_class = "kernel" if op.target == KERNEL_TARGET else "async" if op.opcode == "copy-start" else op.op_class
         # XLA's estimate for a Mosaic kernel rests on the kernel's own CostEstimate: never used.
         own_estimate = op.xla_cycles if op.target != KERNEL_TARGET else 0
@@ -131,21 +140,23 @@ def program_time(chip: ChipSpec, answer: CompileAnswer, *, mode: str, kernel_byt
                           op.vpu_elements / (VPU_ELEMENTS_PER_CYCLE * chip.clock_hz))
         steps = kernel_steps * share / op.repeat if op in kernels else 0.0
         fixed = LAUNCH_SECONDS + steps * GRID_STEP_CYCLES / chip.clock_hz
-        out.append(OpTime(op.name, op_class, source, compute * factor(source, op_class), memory, op.repeat, fixed))
+        compute *= calibration.factor(source, op_class)
+        out.append(OpTime(op.name, op_class, source, compute, memory, op.repeat, fixed))
     return ProgramTime(tuple(out))
 
 
 def programs_time(chip: ChipSpec, answers: Sequence[CompileAnswer], *, mode: str,
                   kernel_bytes: Sequence[float | None] | None = None,
-                  kernel_flops: Sequence[float] | None = None, kernel_steps: Sequence[int] | None = None
-                  ) -> ProgramTime:
+                  kernel_flops: Sequence[float] | None = None, kernel_steps: Sequence[int] | None = None,
+                  calibration: Calibration | None = None) -> ProgramTime:
     """Several programs (one per production configuration) run one after another."""
     ops: list[OpTime] = []
     for i, answer in enumerate(answers):
         kb = kernel_bytes[i] if kernel_bytes else None
         kf = kernel_flops[i] if kernel_flops else 0.0
         ks = kernel_steps[i] if kernel_steps else 0
-        ops.extend(program_time(chip, answer, mode=mode, kernel_bytes=kb, kernel_flops=kf, kernel_steps=ks).ops)
+        ops.extend(program_time(chip, answer, mode=mode, kernel_bytes=kb, kernel_flops=kf, kernel_steps=ks,
+                                calibration=calibration).ops)
     return ProgramTime(tuple(ops))
 
 
