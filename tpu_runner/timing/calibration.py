@@ -64,7 +64,7 @@ BANDS: dict[str, tuple[float, float]] = {
     "kernel": (0.75, 1.25),  # one kernel family (matmuls), in the sample its per-step cost was fitted on
 }
 DEFAULT_BAND = (0.6, 1.6)  # a class the measurements do not cover (sorts, scatters, XLA's own custom calls)
-MEASURED_TARGETS = ("v6e",)  # where the bands were measured; elsewhere they are widened
+FITTED_ON = "v6e"  # where the tables above were measured; a chip without a fit of its own widens their bands
 UNMEASURED_WIDENING = 1.25
 
 
@@ -104,16 +104,12 @@ def _fitted(target: str) -> Calibration | None:
 def for_target(target: str) -> Calibration:
     """The chip's own fitted calibration when it has one, else the one fitted on v6e (read at each call, so the
     module's tables stay the one place v6e's live)."""
-    return _fitted(target) or Calibration(MEASURED_TARGETS[0], FACTORS, HBM_EFFICIENCY, BANDS, DEFAULT_BAND)
-
-
-def factor(source: str, op_class: str, target: str = "v6e") -> float:
-    return for_target(target).factor(source, op_class)
+    return _fitted(target) or Calibration(FITTED_ON, FACTORS, HBM_EFFICIENCY, BANDS, DEFAULT_BAND)
 
 
 def band(op_class: str, target: str) -> tuple[float, float]:
     calibration = for_target(target)
     low, high = calibration.bands.get(op_class, calibration.default_band)
-    if target != calibration.fitted_on and target not in MEASURED_TARGETS:
+    if target != calibration.fitted_on:  # another chip's bands
         low, high = low / UNMEASURED_WIDENING, high * UNMEASURED_WIDENING
     return low, high
