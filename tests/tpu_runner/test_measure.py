@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tpu_runner.checking import Comparison, compare_outputs
 from tpu_runner.timing import measure_pair
 
 
@@ -54,3 +55,51 @@ def test_static_arguments_are_passed_as_static(tmp_path: Path) -> None:
                         input_sets=_inputs(2, (128, 128)), static=(2,), trace_dir=tmp_path, atol=1e-6, rtol=1e-6,
                         warmup=1, iterations=4)
     assert pair.mismatches == []
+
+
+def _off_by(delta: float):
+    def candidate(x):
+        return _reference(x) + delta
+
+    return candidate
+
+
+def test_a_difference_while_timing_is_judged_once_per_input_set(tmp_path: Path) -> None:
+    asked: list[int] = []
+
+    def forgiving(k, cand, ref):  # as the float64 truth would say of an honest rounding difference
+        asked.append(k)
+        return Comparison(True, 0.5, 0.0), "within the task's sensitivity"
+
+    pair = measure_pair(reference=_reference, candidate=_off_by(0.5), input_sets=_inputs(2, (64, 64)), static=(),
+                        trace_dir=tmp_path, atol=1e-4, rtol=1e-4, warmup=1, iterations=6, judge=forgiving)
+    assert pair.mismatches == []
+    assert sorted(asked) == [0, 1]  # iterations 2-5 give the same outputs on the same two input sets
+    assert len(pair.notes) == 2 and "within the task's sensitivity" in pair.notes[0]
+
+
+def test_a_judge_that_refuses_keeps_the_mismatch_of_every_iteration(tmp_path: Path) -> None:
+    def strict(k, cand, ref):
+        return compare_outputs(cand, ref, 1e-4, 1e-4), ""
+
+    pair = measure_pair(reference=_reference, candidate=_off_by(0.5), input_sets=_inputs(2, (64, 64)), static=(),
+                        trace_dir=tmp_path, atol=1e-4, rtol=1e-4, warmup=1, iterations=4, judge=strict)
+    assert [m.split(":")[0] for m in pair.mismatches] == [f"iteration {i}" for i in range(4)]
+    assert pair.notes == []
+
+
+def test_the_timing_judge_accepts_what_only_the_float64_truth_explains() -> None:
+    from tpu_runner.candidate.child import TIMING_CASES, timing_input_sets, timing_judge
+    from tpu_runner.tasks import ArgSpec, Configuration
+
+    def cancels(x):  # (x + 1e4) - 1e4 in float32: the reference's own rounding error is ~1e-3
+        return (x + 1e4) - 1e4
+
+    config = Configuration(dynamic=(ArgSpec((256,), "float32"),), static=())
+    host = timing_input_sets(config)[0]
+    exact = jnp.asarray(host[0])
+    judge = timing_judge(cancels, config, atol=1e-6, rtol=1e-6)
+    comparison, _ = judge(0, exact, cancels(exact))
+    assert comparison.ok  # the exact answer differs from the reference by the reference's own error
+    comparison, _ = judge(0, exact + 0.1, cancels(exact))
+    assert not comparison.ok and TIMING_CASES[0].distribution == "normal"

@@ -27,7 +27,17 @@ from typing import Any
 import jax
 
 from tpu_runner.analysis import ir_digest, jaxpr_walk, output_coverage, pallas_traffic, program_form, traffic_to_json
-from tpu_runner.checking import CheckShape, Production, choose, run_candidate_case, save_outputs
+from tpu_runner.checking import (
+    CheckShape,
+    Comparison,
+    Production,
+    case_truth,
+    choose,
+    judged,
+    perturbed_truth,
+    run_candidate_case,
+    save_outputs,
+)
 from tpu_runner.hardware import ChipSpec, chip, get_chip
 from tpu_runner.reports import (
     Budget,
@@ -65,8 +75,9 @@ from tpu_runner.tasks import (
     with_input_bounds,
     with_values,
 )
-from tpu_runner.timing import (
-    measure_pair,  # imported before the candidate: its functions are watched (integrity)
+from tpu_runner.timing import (  # imported before the candidate: its functions are watched (integrity)
+    Judgement,
+    measure_pair,
 )
 
 ON_DEVICE_BUDGET = Budget(elements=1 << 62, flops=1e30, grid_steps=1 << 62)
@@ -98,11 +109,30 @@ def _abstract(config: Configuration) -> list[Any]:
     return [jax.ShapeDtypeStruct(a.shape, np.dtype(a.dtype)) for a in config.dynamic] + list(config.static)
 
 
+TIMING_CASES = tuple(Case(f"timing{i}", "normal", 7 + i) for i in range(3))  # apart from the correctness cases
+
+
 def timing_input_sets(config: Configuration) -> list[list[Any]]:
-    """Three input sets of the production configuration for timing, drawn apart from the correctness cases."""
-    sets = [case_inputs(config, Case(f"timing{i}", "normal", 7 + i)) for i in range(3)]
+    """The input sets of the production configuration for timing."""
+    sets = [case_inputs(config, case) for case in TIMING_CASES]
     assert all(s is not None for s in sets)  # only a "task" case can lack inputs
     return [s for s in sets if s is not None]
+
+
+def timing_judge(reference: Any, config: Configuration, atol: float, rtol: float) -> Judgement:
+    """Outputs that differed while timing judged as the correctness stage judges them: against the float64 truth
+    on the same inputs, then the task's sensitivity, both made on this host's CPU (a TPU has no float64) and only
+    for a difference the elementwise check found."""
+
+    def judge(k: int, cand: Any, ref: Any) -> tuple[Comparison, str]:
+        def on_cpu(made: Any) -> Any:
+            with jax.default_device(jax.devices("cpu")[0]):
+                return made(config=config, reference=reference, case=TIMING_CASES[k])
+
+        return judged(cand, ref, atol, rtol, functools.partial(on_cpu, case_truth),
+                      functools.partial(on_cpu, perturbed_truth))
+
+    return judge
 
 
 class CandidateStages:
@@ -299,7 +329,9 @@ class CandidateStages:
         with self.timed("performance.inputs"):
             input_sets = drawn.result()
         pair = measure_pair(reference=ref_fn, candidate=cand_fn, input_sets=input_sets,
-                            static=config.static, trace_dir=self.artifacts / "trace", atol=atol, rtol=rtol)
+                            static=config.static, trace_dir=self.artifacts / "trace", atol=atol, rtol=rtol,
+                            judge=timing_judge(ref_fn, config, atol, rtol))
+        self.report.notes.extend(pair.notes)
         self.report.measured = MeasuredTimes(
             candidate_ms=pair.candidate.median_ms, reference_ms=pair.reference.median_ms,
             candidate_spread_ms=pair.candidate.spread_ms, reference_spread_ms=pair.reference.spread_ms,

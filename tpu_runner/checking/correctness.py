@@ -180,6 +180,28 @@ def perturbed_truth(*, config: Configuration, reference: Callable[..., Any], cas
     return None if host is None else _float64_truth(reference, _perturbed(host, case.seed + 1), config)
 
 
+def _mismatch(comparison: Comparison) -> bool:
+    return not comparison.ok and comparison.error is not None and comparison.error.kind == "mismatch"
+
+
+def judged(candidate: Any, expected: Any, atol: float, rtol: float, truth: Callable[[], OutputSet | None],
+           perturbed: Callable[[], OutputSet | None]) -> tuple[Comparison, str]:
+    """The candidate's outputs against the reference's, elementwise; where only values differ, again with the
+    float64 truth (the reference's own error widens the tolerance), then against the task's sensitivity to its
+    inputs' rounding (`within_sensitivity`). `truth` and `perturbed` are asked for only when needed: each is
+    another float64 run of the reference. Returns the comparison and a note on how it passed."""
+    comparison = compare_outputs(candidate, expected, atol, rtol)
+    if not _mismatch(comparison) or (wide := truth()) is None:
+        return comparison, ""
+    comparison = compare_outputs(candidate, expected, atol, rtol, wide)
+    if not _mismatch(comparison) or (moved := perturbed()) is None:
+        return comparison, ""
+    sensitive, note = within_sensitivity(as_output_set(candidate), wide, moved)
+    if sensitive:
+        comparison = Comparison(True, comparison.max_abs_err, comparison.max_rel_err)
+    return comparison, note
+
+
 @dataclass
 class Judge:
     """Judges the cases of one configuration in order; remembers the scale of the first case's outputs."""
@@ -208,20 +230,8 @@ class Judge:
         scale = output_scale(ref.expected)
         self.baseline_scale = self.baseline_scale or scale
         atol = self.atol * max(1.0, scale / self.baseline_scale) if self.baseline_scale else self.atol
-        comparison = compare_outputs(cand.outputs, ref.expected, atol, self.rtol)
-        near_miss = not comparison.ok and comparison.error is not None and comparison.error.kind == "mismatch"
-        truth = ref.float64() if near_miss else None  # made only now where it is made only when needed
-        if truth is not None:
-            comparison = compare_outputs(cand.outputs, ref.expected, atol, self.rtol, truth)
-        note = ""
-        perturbed = None
-        if not comparison.ok and comparison.error and comparison.error.kind == "mismatch" and truth is not None \
-                and ref.perturbed is not None:
-            perturbed = ref.perturbed()
-        if perturbed is not None and truth is not None and cand.outputs is not None:
-            sensitive, note = within_sensitivity(cand.outputs, truth, perturbed)
-            if sensitive:
-                comparison = Comparison(True, comparison.max_abs_err, comparison.max_rel_err)
+        comparison, note = judged(cand.outputs, ref.expected, atol, self.rtol, ref.float64,
+                                  ref.perturbed or (lambda: None))
         if not comparison.ok:
             assert comparison.error is not None
             err = comparison.error

@@ -13,7 +13,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "program_band": "band", "speedup_band": "band",
     "candidate_hbm_bytes": "roofline", "estimate": "roofline", "performance_flags": "roofline",
     "PHYSICS_MARGIN": "roofline", "TimeEstimate": "roofline", "traffic_flags": "roofline",
-    "device_ops": "measure", "measure_pair": "measure", "per_call_durations": "measure",
+    "device_ops": "measure", "Judgement": "measure", "measure_pair": "measure", "per_call_durations": "measure",
     "CandidateProgram": "performance", "estimated_performance": "performance", "grid_steps": "performance",
     "measured_performance": "performance",
     "DEFAULT_SCOPED_VMEM": "profile", "hints": "profile", "kernel_facts": "profile", "summarise": "profile",

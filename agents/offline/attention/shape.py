@@ -65,13 +65,16 @@ class AttentionShape:
     @property
     def folded_scale(self) -> float:
         """The scale applied before anything else touches the scores, which can go on q instead (d columns, not
-        block_kv); later scale ops stay on the scores."""
+        block_kv) where that is exact: q in float32, or a power of two. Rounding a bfloat16 q times 1/sqrt(128)
+        moves each score by ~2^-9 of itself, which picks another key where the scores are large (the evaluator's
+        "large" inputs did so on a chip); then it stays on the scores, as do later scale ops."""
         scale = 1.0
         for op in self.score_ops:
             if op.kind != "scale":
                 break
             scale *= op.value
-        return scale
+        exact = self.dtype == "float32" or math.frexp(scale)[0] == 0.5
+        return scale if exact else 1.0
 
     def describe(self) -> str:
         kind = "causal " if self.causal else ""
