@@ -131,6 +131,49 @@ def test_a_reference_stopped_at_the_memory_limit_is_remembered_until_the_limit_i
     assert raised.reference_stopped(huge) is None  # a larger limit is worth trying
 
 
+# Raises as XLA does on a chip whose HBM the reference's program does not fit, when values are made for real.
+BEYOND_HBM = """
+import jax
+import jax.numpy as jnp
+
+
+def get_inputs():
+    x = jnp.ones((8, 128), jnp.float32)
+    if not isinstance(x, jax.core.Tracer):
+        raise RuntimeError("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
+                           "temporaries (17.56G) exceeds available HBM (15.75G)")
+    return [x], []
+
+
+def computation(x):
+    return x + 1.0
+"""
+
+
+def test_a_reference_beyond_the_devices_memory_is_a_stop_of_its_own_kind_remembered_with_its_next_step(
+        tmp_path: Path) -> None:
+    from tpu_runner.evaluation.evaluate import reference_beyond_host
+
+    settings = load_settings({"KERNELBOT_HOME": str(tmp_path / "home")})
+    store = ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.sandbox_dir, limits=settings.limits)
+    big = reference_task(tmp_path, "beyond_hbm", BEYOND_HBM, description="x+1 whose outputs exceed the HBM")
+    good = reference_task(tmp_path, "scale_rows", SCALE, description="2x+1")
+    assert store.prefetch([big, good]) == {}
+
+    why = store.prefetch_outputs([big, good])
+
+    assert list(why) == ["beyond_hbm"]
+    assert why["beyond_hbm"].startswith("the reference of task beyond_hbm does not fit this device's memory")
+    stopped = store.reference_stopped(big)
+    assert stopped is not None and stopped.kind == "hbm_oom" and "17.56G" in str(stopped)
+    assert "more HBM" in stopped.next_step
+    with pytest.raises(ReferenceStopped, match="does not fit this device's memory"):
+        store.outputs(big, store.production_jobs(big))  # remembered: judged without running the reference again
+    error = reference_beyond_host(stopped)
+    assert (error.kind, error.stage) == ("hbm_oom", "correctness")
+    assert "the kernel was not checked" in error.detail and "more HBM" in error.detail
+
+
 MATMUL = """
 import jax
 import jax.numpy as jnp

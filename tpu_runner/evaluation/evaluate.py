@@ -249,6 +249,8 @@ class _Evaluation:
         t0 = time.perf_counter()
         try:
             correctness = self.judge(report)
+        except ReferenceStopped as stopped:  # the kernel ran; what it is judged against cannot be computed here
+            return self._fail("correctness", reference_beyond_host(stopped), "unverified", ir_hash=ir_hash)
         except CandidateFailed as failed:
             if checker_ran_out(failed.error, self.host):
                 return self._fail("correctness", self._checker_limit(failed.error), "unverified", ir_hash=ir_hash)
@@ -427,6 +429,14 @@ def task_beyond_limits(error: EvalError, stopped: ReferenceStopped) -> EvalError
     return EvalError(error.kind, f"{error.detail}; the task's own reference stops at this host's limits too "
                      f"({stopped}), so this says nothing of the kernel.\nWhat decides it: the evaluation again with "
                      f"the limit raised (KERNELBOT_EVAL_MEMORY_MIB, KERNELBOT_EVAL_TIMEOUT)", error.line, error.stage)
+
+
+def reference_beyond_host(stopped: ReferenceStopped) -> EvalError:
+    """A candidate that ran at its check shapes where the task's own reference cannot compute the outputs to judge
+    it by (more device memory than the chip has, or this host's limits): not checked, and not the kernel's fault."""
+    return EvalError(stopped.kind, f"the kernel ran at the shapes checked, but the task's own reference cannot "
+                     f"compute its outputs there ({stopped}), so the kernel was not checked.\nWhat decides it: "
+                     f"{stopped.next_step}", None, "correctness")
 
 
 def checker_ran_out(error: EvalError, host: str) -> bool:

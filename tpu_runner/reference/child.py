@@ -30,7 +30,15 @@ from tpu_runner.checking import (
     save_outputs,
 )
 from tpu_runner.hardware import chip
-from tpu_runner.reports import ExportedTask, OutputJob, ReferenceReport, ReferenceRequest, timed, write_json
+from tpu_runner.reports import (
+    ExportedTask,
+    OutputJob,
+    ReferenceReport,
+    ReferenceRequest,
+    classify_text,
+    timed,
+    write_json,
+)
 from tpu_runner.tasks import (
     EVALUATOR_CASES,
     TaskError,
@@ -208,6 +216,8 @@ def run(request: ReferenceRequest, workdir: Path,
             except Exception as exc:  # noqa: BLE001 - likewise
                 report.output_errors[request.task_dirs[index]] = _failure(exc)
                 report.task_error = report.task_error or _failure(exc)
+                if classify_text(str(exc)) == "hbm_oom":  # the task's size on this device, not a fault of it
+                    report.out_of_memory.append(request.task_dirs[index])
             report.finished.append(request.task_dirs[index])
             if on_task_done:
                 on_task_done(report)

@@ -58,8 +58,17 @@ class ReferenceStopped(TaskError):
                  "evaluate the task on a host with more memory")
 
     def __init__(self, why: str, kind: str = "memory_limit"):
-        super().__init__(why)
+        super().__init__(why, next_step=OUT_OF_DEVICE_MEMORY if kind == "hbm_oom" else "")
         self.kind = kind
+
+
+OUT_OF_DEVICE_MEMORY = ("evaluate the task on a TPU with more HBM, or give it production shapes this one holds (a "
+                        "reference that materialises less: XLA's own error says how much it needed)")
+
+
+def _out_of_device_memory(task: Task, why: str) -> ReferenceStopped:
+    return ReferenceStopped(f"the reference of task {task.task_id} does not fit this device's memory at its "
+                            f"production shapes: {why}", "hbm_oom")
 
 
 def _stopped(outcome: ChildOutcome, task: Task, limits: EvalLimits) -> TaskError:
@@ -128,9 +137,15 @@ class ReferenceStore:
         if report.chip_busy:
             shutil.rmtree(scratch, ignore_errors=True)
             raise ChipBusy(report.chip_busy)
+        stops = {}
+        for task in tasks:
+            if str(task.path) in report.out_of_memory:
+                stops[str(task.path)] = _out_of_device_memory(task, report.output_errors[str(task.path)])
+                self._remember_stop(task, stops[str(task.path)])
+                report.output_errors[str(task.path)] = str(stops[str(task.path)])
         if report.task_error and strict:
             shutil.rmtree(scratch, ignore_errors=True)
-            raise TaskError(report.task_error)
+            raise next(iter(stops.values()), TaskError(report.task_error))
         return report, scratch
 
     # -- programs -----------------------------------------------------------------------------------------------

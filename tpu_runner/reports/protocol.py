@@ -253,6 +253,7 @@ class ReferenceReport:
     timings: dict[str, float] = field(default_factory=dict)
     chip_busy: str | None = None  # the TPU was held by a process outside kernelbot: why, naming it
     finished: list[str] = field(default_factory=list)  # task dirs whose outputs are done (written after each)
+    out_of_memory: list[str] = field(default_factory=list)  # task dirs whose reference ran out of device memory
 
     @classmethod
     def read(cls, path: Path) -> ReferenceReport:
