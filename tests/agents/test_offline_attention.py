@@ -6,10 +6,12 @@ it across several blocks."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from agents.offline.attention.shape import ScoreOp
 from agents.offline.brain import analyse
 from agents.offline.emit import source
 from agents.offline.expr import NotRecognised
@@ -107,6 +109,10 @@ def test_public_attention_forms_get_ok_kernels_checked_across_blocks(tmp_path: P
     assert gqa.q_order == ("b", "s", "h", "d") and (gqa.heads, gqa.kv_heads) == (8, 2) and gqa.causal
     assert biased.bias == 3 and biased.bias_order == ("h", "q", "k") and biased.causal
     assert [op.kind for op in biased.score_ops] == ["scale", "bias", "causal"]  # in the reference's order
+    # A bf16 q times 1/sqrt(128) would be rounded: the scale stays on the f32 scores unless it is exact on q.
+    assert gqa.folded_scale == 1.0 and f"    s = s * {gqa.scale!r}" in source(gqa, choose(gqa, V6E)[0])
+    power_of_two = replace(gqa, score_ops=(ScoreOp("scale", 0.125),) + gqa.score_ops[1:])
+    assert power_of_two.folded_scale == 0.125 and replace(gqa, dtype="float32").folded_scale == gqa.scale
     requests = []
     for task, spec in zip(tasks, specs, strict=True):
         kernel = tmp_path / f"{task.path.name}.py"
