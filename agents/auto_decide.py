@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tpu_runner.timing import clear_improvement
+
 # What the Auto loop does, each recorded as a step of that kind; a person's decision is a step of kind "decision".
 ACTIONS = ("plan", "implement", "evaluate", "debug", "analyse", "give_up")
 
@@ -67,9 +69,9 @@ def progress(steps: Sequence[StepRecord]) -> Progress:
         elif step.kind == "debug":
             debug += 1
         elif step.kind == "evaluate" and step.outputs.get("verdict") == "ok":
-            speedup = step.outputs.get("speedup")
-            # Never an improvement unless it beats the reference (speedup > 1) and the best so far.
-            if speedup is not None and speedup > 1.0 and (best is None or speedup > best):
+            speedup, band, method = (step.outputs.get(k) for k in ("speedup", "band", "method"))
+            # Never an improvement unless it beats the reference and the best so far (measured: beyond its spread).
+            if speedup is not None and clear_improvement(speedup, band, method, max(1.0, best or 0.0)):
                 best, best_id, improved_this_iteration = speedup, step.outputs.get("candidate_id"), True
     if iterations and _iteration_over(steps) and not void:
         since = 0 if improved_this_iteration else since + 1

@@ -133,7 +133,8 @@ def load_graph(s: Session, session_id: str) -> tuple[Graph, dict[int, Candidate]
                  else "pending")
         nodes.append(Node(id=cid, parent_id=c.parent_id, strategy=c.strategy, trajectory=int(meta.get("trajectory", 0)),
                           depth=int(meta.get("depth", 0)), state=state, verdict=e.verdict if e else None,
-                          speedup=e.speedup if e else None, params=meta.get("params")))
+                          speedup=e.speedup if e else None, params=meta.get("params"),
+                          method=e.method if e else None, band=_range(e)))
     return Graph(nodes), candidates, evaluations
 
 
@@ -235,6 +236,11 @@ def _latest_evaluation(s: Session, candidate_id: int | None) -> Evaluation | Non
         return None
     return s.exec(select(Evaluation).where(Evaluation.candidate_id == candidate_id)
                   .order_by(col(Evaluation.id).desc())).first()
+
+
+def _range(e: Evaluation | None) -> tuple[float, float] | None:
+    band = _band(e)
+    return (band[0], band[1]) if band else None
 
 
 def _band(e: Evaluation | None) -> list[float] | None:

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpu_runner.timing import clear_improvement
+
 SEARCH_STRATEGIES = ("beam", "parallel", "tune", "hybrid")
 ROOT_STRATEGY = "seed"
 
@@ -51,6 +53,8 @@ class Node:
     verdict: str | None = None
     speedup: float | None = None
     params: dict[str, Any] | None = None
+    method: str | None = None  # "measured" on the chip, else "estimated"
+    band: tuple[float, float] | None = None  # the speedup's range: a measured one's spread
 
     @property
     def score(self) -> float | None:
@@ -89,9 +93,13 @@ class Graph:
         return sum(n.state == "evaluated" for n in self.nodes)
 
     def best(self) -> Node | None:
-        """The ok candidate with the highest speedup (the earliest of equals): never worse than any evaluated."""
-        scored = [n for n in self.nodes if n.score is not None]
-        return max(scored, key=lambda n: (n.score, -n.id)) if scored else None
+        """The ok candidate with the highest speedup, taken in the order they were made: a later one replaces the
+        best so far only when it is clearly faster (`clear_improvement`: a measured gain beyond its spread)."""
+        best: Node | None = None
+        for n in sorted(self.nodes, key=lambda n: n.id):
+            if n.score is not None and (best is None or clear_improvement(n.score, n.band, n.method, best.score or 0)):
+                best = n
+        return best
 
     def known_params(self) -> list[dict[str, Any]]:
         return [n.params for n in self.nodes if n.params is not None]

@@ -69,6 +69,22 @@ def test_a_kernel_slower_than_the_reference_is_never_the_best() -> None:
     assert progress(faster).best_candidate_id == 8
 
 
+def test_a_measured_kernel_is_better_only_beyond_its_spread() -> None:
+    first = [S("plan"), S("implement"), S("evaluate", verdict="ok", speedup=1.20, candidate_id=1,
+                                         method="measured", band=[1.19, 1.21]), S("analyse")]
+    inside = [S("plan"), S("implement"), S("evaluate", verdict="ok", speedup=1.205, candidate_id=2,
+                                          method="measured", band=[1.19, 1.22]), S("analyse")]
+    beyond = [S("plan"), S("implement"), S("evaluate", verdict="ok", speedup=1.30, candidate_id=3,
+                                          method="measured", band=[1.28, 1.32]), S("analyse")]
+    assert progress([*first, *inside]).best_candidate_id == 1
+    assert progress([*first, *inside]).since_improvement == 1
+    assert progress([*first, *inside, *beyond]).best_candidate_id == 3
+    within_noise_of_the_reference = [S("plan"), S("implement"), S("evaluate", verdict="ok", speedup=1.005,
+                                                                  candidate_id=4, method="measured",
+                                                                  band=[0.99, 1.02])]
+    assert progress(within_noise_of_the_reference).best_candidate_id is None
+
+
 def test_plateau_and_target_stop_the_loop() -> None:
     it = [S("plan"), S("implement"), S("evaluate", verdict="ok", speedup=2.0, candidate_id=1), S("analyse")]
     flat = [S("plan"), S("implement"), S("evaluate", verdict="ok", speedup=1.5, candidate_id=2), S("analyse")]

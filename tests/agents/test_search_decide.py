@@ -78,6 +78,18 @@ def test_the_best_is_an_ok_candidate_never_worse_than_any_other_ok() -> None:
     assert Graph([N(1, verdict="compile_error", speedup=None)]).best() is None
 
 
+def test_a_measured_gain_inside_its_spread_does_not_replace_the_earlier_best() -> None:
+    def measured(id: int, speedup: float, spread: float) -> Node:
+        return Node(id=id, parent_id=None, strategy="s", trajectory=0, depth=0, state="evaluated", verdict="ok",
+                    speedup=speedup, method="measured", band=(speedup / (1 + spread), speedup * (1 + spread)))
+
+    assert Graph([measured(1, 1.50, 0.01), measured(2, 1.51, 0.01)]).best().id == 1  # type: ignore[union-attr]
+    assert Graph([measured(1, 1.50, 0.01), measured(2, 1.53, 0.01)]).best().id == 2  # type: ignore[union-attr]
+    # Estimates rank by their value: their band is the model's error, not the noise of a measurement.
+    estimated = [N(1, speedup=1.50), N(2, speedup=1.51)]
+    assert Graph(estimated).best().id == 2  # type: ignore[union-attr]
+
+
 def test_config_is_checked() -> None:
     with pytest.raises(ValueError, match="unknown search strategy"):
         SearchConfig("greedy")

@@ -9,7 +9,7 @@ gain, whatever its point estimate; searches still rank by the point estimate.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tpu_runner.timing.calibration import band
@@ -35,6 +35,15 @@ def clear_gain(perf: Any) -> bool | None:
     if not getattr(perf, "band", None):
         return None
     return perf.band[0] > 1.0
+
+
+def clear_improvement(speedup: float, band: Sequence[float] | None, method: str | None, over: float) -> bool:
+    """Whether a kernel's speedup beats `over` (the best kernel's so far, or 1.0: the reference). A measured one
+    must beat it by more than its own spread: a gain inside the spread is no gain, and the earlier kernel stays. An
+    estimate beats it by its value: its band is the model's error, much the same for two kernels of one task."""
+    if method == "measured" and band:
+        return band[0] > over
+    return speedup > over
 
 
 def measured_band(speedup: float, reference: tuple[float, float], candidate: tuple[float, float]) -> list[float]:
