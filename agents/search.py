@@ -20,10 +20,11 @@ from sqlmodel import Session, col, select
 from agents import strategies, tunable
 from agents.search_decide import ROOT_STRATEGY, Graph, Node, SearchConfig, next_expansions
 from agents.session_task import carried_files
-from storage import queue, sessions
+from storage import queue, sessions, tuned
 from storage.errors import KernelbotError
 from storage.models import Candidate, Evaluation, Job, KernelSession
 from tpu_runner.tasks import Task
+from tpu_runner.timing import clear_improvement
 
 NODE_JOB = "search_node"
 
@@ -103,17 +104,57 @@ def start_search(s: Session, *, task: Task, target: str, config: SearchConfig, s
                               "declares no TUNABLE space; add one (see agents/tunable.py) or use --brain")
     record = sessions.create_session(s, mode="search", task=task.task_id, target=target, owner=owner,
                                      task_dir=str(task.path), budget={"search": config.to_json(), "brain": brain,
-                                                                      "task_files": carried_files(task)},
+                                                                      "task_files": carried_files(task),
+                                                                      "task_digest": task.digest},
                                      slack_channel=slack_channel, slack_thread_ts=slack_thread_ts)
     sessions.add_event(s, session_id=record.id, kind="session_started",
                        payload={"mode": "search", "task": task.task_id, "target": target, "owner": owner,
                                 "strategy": config.strategy, "budget": config.budget})
-    code = seed_code or ""
+    code = _from_tuned(s, seed_code, task, target, record.id) if seed_code else ""
     sessions.add_candidate(s, task=task.task_id, code=code, content_hash=program_digest(code) if code else "",
                            session_id=record.id, strategy=ROOT_STRATEGY,
                            meta={"trajectory": 0, "depth": 0, "params": params_of(code) if code else None})
     top_up(s, record.id, task=task)
     return record.id
+
+
+def host_jax_version() -> str | None:
+    """This host's JAX, read from its metadata (no import of JAX): what tuned parameters are looked up by."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("jax")
+    except PackageNotFoundError:
+        return None
+
+
+def _from_tuned(s: Session, seed_code: str, task: Task, target: str, session_id: str) -> str:
+    """The seed with the parameters an earlier search of this task found best on this chip under this host's JAX,
+    where the seed declares them all among its choices (else the seed as given)."""
+    jax_version = host_jax_version()
+    kept = tuned.tuned_for(s, task_digest=task.digest, target=target, jax_version=jax_version) \
+        if jax_version else None
+    if kept is None or not kept.params:
+        return seed_code
+    space = tunable.space(seed_code)
+    if not all(name in space and value in space[name] for name, value in kept.params.items()):
+        return seed_code
+    sessions.add_event(s, session_id=session_id, kind="tuned_params_reused", payload={
+        "params": kept.params, "speedup": kept.speedup, "method": kept.method, "from_session": kept.session_id,
+        "jax_version": jax_version})
+    return tunable.with_params(seed_code, kept.params)
+
+
+def _keep_best(s: Session, record: KernelSession, best: Node | None, e: Evaluation | None) -> None:
+    """The best kernel's parameters, kept for the next search of the task on this chip under the JAX it was
+    evaluated with, unless a kernel kept there is as fast."""
+    digest = (record.budget or {}).get("task_digest")
+    jax_version = ((e.result or {}).get("jax_version") if e else None)
+    if best is None or best.score is None or not best.params or not digest or not jax_version or e is None:
+        return
+    tuned.keep_tuned(s, task=record.task, task_digest=digest, target=record.target, jax_version=jax_version,
+                     params=best.params, speedup=best.score, method=e.method or "estimated", band=_band(e),
+                     better=clear_improvement, session_id=record.id, candidate_id=best.id)
 
 
 # -- the graph as the decisions see it ------------------------------------------------------------------------
@@ -254,6 +295,7 @@ def _finish(s: Session, record: KernelSession, graph: Graph, reason: str = "") -
     record.best_candidate_id = best.id if best else None
     s.add(record)
     e = _latest_evaluation(s, record.best_candidate_id)
+    _keep_best(s, record, best, e)
     # The best speedup's method and likely range (band None: measured) for the thread's root and the digests.
     sessions.add_event(s, session_id=record.id, kind="search_finished", payload={
         "evaluations": graph.evaluations, "best_candidate_id": record.best_candidate_id,

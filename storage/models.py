@@ -264,3 +264,24 @@ class SlackInbox(SQLModel, table=True):
 
     key: str = Field(primary_key=True)  # the Events API event_id, or channel:ts of a message
     created_at: float = Field(default_factory=now)
+
+
+class TunedParams(SQLModel, table=True):
+    """The best tunable parameters a search found for a task on a chip under a JAX version: what the next search of
+    the same (task, chip, JAX) starts from. Kept only while no later search finds a clearly faster kernel."""
+
+    __tablename__ = "tuned_params"
+    __table_args__ = (UniqueConstraint("task_digest", "target", "jax_version", name="ux_tuned_params_key"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    task: str
+    task_digest: str
+    target: str
+    jax_version: str
+    params: dict[str, Any] | None = _json()
+    speedup: float
+    method: str  # measured | estimated
+    band: list[float] | None = _json()
+    session_id: str | None = None  # the search that found them
+    candidate_id: int | None = None
+    updated_at: float = Field(default_factory=now)

@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import Engine
 from sqlmodel import Session, select
 
+from agents import tunable
 from agents.local import run_until_settled
 from agents.search import NODE_JOB, load_graph, outcome, start_search, stop_search
 from agents.search_decide import SearchConfig
@@ -109,6 +110,44 @@ def test_the_best_kernels_likely_range_is_read_back_and_the_ranking_stays_on_the
     assert result.band == [0.9, 1.8] and result.seed_band == [1.1, 1.3]
     assert result.to_json()["band"] == [0.9, 1.8]  # in `kernelbot search --json`
     assert (payload["best_speedup"], payload["best_method"], payload["best_band"]) == (1.3, "estimated", [0.9, 1.8])
+
+
+def test_a_searchs_best_parameters_are_kept_and_the_next_search_of_the_task_starts_from_them(
+        tmp_path: Path) -> None:
+    from agents.search import host_jax_version
+    from agents.search_decide import ROOT_STRATEGY
+    from storage.tuned import tuned_for
+
+    engine = open_database(load_settings({"KERNELBOT_HOME": str(tmp_path)}))
+    seed = GOOD
+    space = tunable.space(seed)
+    assert space, "the seed kernel declares a TUNABLE space"
+    name = next(iter(space))
+    other = next(v for v in space[name] if v != tunable.current(seed)[name])
+    first = _start(engine, SearchConfig("beam", budget=2))
+    with Session(engine) as s, s.begin():  # its root evaluated (as a runner records it), then a child, faster
+        root = s.exec(select(Candidate).where(Candidate.session_id == first)).one()
+        child = sessions.add_candidate(s, task="softmax", code=tunable.with_params(seed, {name: other}),
+                                       content_hash="c", session_id=first, parent_id=root.id, strategy="tile",
+                                       meta={"trajectory": 0, "depth": 1, "params": {**tunable.current(seed),
+                                                                                     name: other}})
+        for candidate, speedup in ((root, 1.2), (child, 1.5)):
+            s.add(Evaluation(candidate_id=candidate.id, task="softmax", target="v6e", verdict="ok", stage="done",
+                             speedup=speedup, method="estimated",
+                             result={"jax_version": host_jax_version(), "performance": {"band": None}}))
+        s.flush()
+        stop_search(s, first, "enough")
+        kept = tuned_for(s, task_digest=SOFTMAX.digest, target="v6e", jax_version=host_jax_version() or "")
+        assert kept is not None and kept.params and kept.params[name] == other and kept.speedup == 1.5
+
+    second = _start(engine, SearchConfig("beam", budget=2))
+    with Session(engine) as s:
+        root = s.exec(select(Candidate).where(Candidate.session_id == second,
+                                              Candidate.strategy == ROOT_STRATEGY)).one()
+        assert tunable.current(root.code)[name] == other  # the seed starts from what the last search found
+        reused = s.exec(select(SessionEvent).where(SessionEvent.session_id == second,
+                                                   SessionEvent.kind == "tuned_params_reused")).one()
+        assert reused.payload and reused.payload["from_session"] == first
 
 
 def test_a_search_that_cannot_start_says_why(tmp_path: Path) -> None:

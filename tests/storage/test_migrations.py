@@ -24,7 +24,8 @@ TABLES_0002 = {"sessions", "steps", "decisions", "session_events", "event_delive
 TABLES_0005 = {"slack_messages", "slack_inbox"}
 TABLES_0006 = {"digest_subscriptions"}
 TABLES_0007 = {"blobs"}
-ALL_TABLES = TABLES_0001 | TABLES_0002 | TABLES_0005 | TABLES_0006 | TABLES_0007
+TABLES_0008 = {"tuned_params"}
+ALL_TABLES = TABLES_0001 | TABLES_0002 | TABLES_0005 | TABLES_0006 | TABLES_0007 | TABLES_0008
 
 
 @pytest.fixture
@@ -40,7 +41,7 @@ def _tables(engine: Engine) -> set[str]:
 
 
 def test_the_revisions_form_one_line_ending_at_the_head() -> None:
-    assert head_revision() == "0007"
+    assert head_revision() == "0008"
 
 
 def test_the_migrated_schema_has_every_column_and_index_the_models_declare(bare_engine: Engine) -> None:

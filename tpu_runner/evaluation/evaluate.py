@@ -461,6 +461,9 @@ def headline(perf: Any, target: str) -> str:
 
 
 def _finish(result: EvalResult, artifacts: Path, artifact_map: dict[str, str], started: float) -> EvalResult:
+    import jax  # loaded by every evaluation already
+
+    result.jax_version = jax.__version__
     if result.profile:
         (artifacts / "profile.txt").write_text(result.profile["summary"] + "\n")
         artifact_map["profile_summary"] = str(artifacts / "profile.txt")

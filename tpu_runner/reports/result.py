@@ -89,6 +89,7 @@ class EvalResult:
     artifacts: dict[str, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)  # seconds spent per stage, plus "overhead"
     notes: list[str] = field(default_factory=list)
+    jax_version: str | None = None  # the evaluating host's JAX (what tuned parameters are kept per)
     ir_hash: str | None = None  # digest of the normalised lowered IR (tpu_runner.analysis.ir), once lowering succeeded
 
     @property
