@@ -14,8 +14,12 @@ Overhead: for every evaluated node, the node job's wall time minus the evaluatio
 sandboxed child, chart) = what the search adds inside the job (IR claim, recording, top-up); and the search's
 wall time per evaluation against the mean evaluation time divided by the workers.
 
+On a TPU host the target is the host's chip (--target to choose another): every evaluation is then measured on
+the chip, and each run reports its best kernel's measured time; the random runs' mean over their seeds is printed
+beside the search's.
+
     .venv/bin/python benchmarks/search_vs_random.py [--tasks matmul_bf16,causal_attention] [--budget 10]
-                                                    [--seed solution|offline]
+                                                    [--seed solution|offline] [--target v5e]
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ def task_dir(name: str) -> Path:
     return REPO / "tasks" / name if (REPO / "tasks" / name).is_dir() else Path(name).resolve()
 
 
-def seed_kernel(task: Task, prefer: str, root: Path) -> tuple[str, str]:
+def seed_kernel(task: Task, prefer: str, root: Path, target: str) -> tuple[str, str]:
     """The seed both methods start from and where it came from: the task's own solution, or the offline brain's
     first kernel (its plan's parameters, with the TUNABLE space it declares)."""
     own = task.path / "solutions" / "pallas.py"
@@ -57,20 +61,21 @@ def seed_kernel(task: Task, prefer: str, root: Path) -> tuple[str, str]:
     from agents.offline.brain import offline_brain
     from agents.offline.params import choose
 
-    chip = get_chip("v6e")
+    chip = get_chip(target)
     brain = offline_brain(task, chip, load_settings({"KERNELBOT_HOME": str(root / "reading")}))
     assert brain.spec is not None
     return brain.source(choose(brain.spec, chip)[0]), "the offline brain"
 
 
-def run_one(task: Task, seed_code: str, strategy: str, budget: int, workers: int, seed: int, root: Path) -> dict:
+def run_one(task: Task, seed_code: str, strategy: str, budget: int, workers: int, seed: int, root: Path,
+            target: str) -> dict:
     task_name = task.path.name
     home = root / f"{task_name}-{strategy}-{seed}"
     settings = load_settings({"KERNELBOT_HOME": str(home), "KERNELBOT_EVAL_WORKERS": str(workers)})
     engine = open_database(settings)
     started = time.perf_counter()
     with Session(engine) as s, s.begin():
-        session_id = start_search(s, task=task, target="v6e", seed_code=seed_code, brain=None,
+        session_id = start_search(s, task=task, target=target, seed_code=seed_code, brain=None,
                                   config=SearchConfig(strategy, budget=budget, width=workers, seed=seed))
     run_until_settled(engine, settings, session_id, kinds=(NODE_JOB,), workers=workers, poll_seconds=0.2)
     wall = time.perf_counter() - started
@@ -95,7 +100,8 @@ def run_one(task: Task, seed_code: str, strategy: str, budget: int, workers: int
             "reached_at": reached, "evaluations": len(evals), "duplicates": result.duplicates,
             "ok": sum(e.verdict == "ok" for e in evals), "wall": wall,
             "eval_mean": statistics.fmean(eval_seconds) if eval_seconds else float("nan"),
-            "added_mean": statistics.fmean(added) if added else float("nan"), "workers": workers}
+            "added_mean": statistics.fmean(added) if added else float("nan"), "workers": workers,
+            "best_ms": result.kernel_ms if result.best_candidate_id else None, "method_of_best": result.method}
 
 
 def main() -> None:
@@ -105,16 +111,20 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--random-seeds", type=int, default=2)
     parser.add_argument("--methods", default="beam,hybrid,random", help="which of beam, hybrid, random to run")
+    parser.add_argument("--target", help="the chip to evaluate for (default: this host's TPU, else v6e)")
     parser.add_argument("--seed", choices=("solution", "offline"), default="solution",
                         help="seed with the task's solutions/pallas.py (the offline brain's kernel when it has "
                              "none) or always with the offline brain's kernel")
     args = parser.parse_args()
+    host = load_settings({})
+    target = args.target or (host.host_target if host.host_target and host.on_chip(host.host_target) else "v6e")
+    print(f"target {target}: {'measured on this host' if host.on_chip(target) else 'estimated'}", flush=True)
     rows = []
     names = []
     with tempfile.TemporaryDirectory(prefix="kb-search-bench-") as tmp:
         for name in args.tasks.split(","):
             task = load_task(task_dir(name))
-            seed_code, origin = seed_kernel(task, args.seed, Path(tmp))
+            seed_code, origin = seed_kernel(task, args.seed, Path(tmp), target)
             space = tunable.space(seed_code)
             points = tunable.size(space)
             names.append(task.path.name)
@@ -124,9 +134,10 @@ def main() -> None:
             runs = [(m, 1) for m in ("beam", "hybrid") if m in methods]
             runs += [("tune", s) for s in range(1, args.random_seeds + 1)] if "random" in methods else []
             for strategy, seed in runs:
-                row = run_one(task, seed_code, strategy, args.budget, args.workers, seed, Path(tmp))
+                row = run_one(task, seed_code, strategy, args.budget, args.workers, seed, Path(tmp), target)
                 rows.append(row)
-                print(f"{row['task']:<18} {row['method']:<10} best x{row['best']:.3f} reached at evaluation "
+                timed = f" ({row['method_of_best']} {row['best_ms']:.4g} ms)" if row["best_ms"] else ""
+                print(f"{row['task']:<18} {row['method']:<10} best x{row['best']:.3f}{timed} reached at evaluation "
                       f"{row['reached_at']}/{row['evaluations']} ({row['ok']} ok, {row['duplicates']} duplicates "
                       f"skipped); {row['wall']:.0f} s wall, evaluation {row['eval_mean']:.1f} s, search adds "
                       f"{row['added_mean'] * 1000:.0f} ms per evaluation", flush=True)
@@ -134,6 +145,11 @@ def main() -> None:
     for task in names:
         mine = [r for r in rows if r["task"] == task]
         parts = [f"{r['method']} x{r['best']:.3f} at {r['reached_at']}" for r in mine]
+        drawn = [r for r in mine if r["method"].startswith("random#")]
+        if drawn:
+            times = [r["best_ms"] for r in drawn if r["best_ms"]]
+            parts.append(f"random mean x{statistics.fmean(r['best'] for r in drawn):.3f}"
+                         + (f" ({statistics.fmean(times):.4g} ms)" if times else ""))
         print(f"  {task:<18} " + "; ".join(parts))
     added = [r["added_mean"] for r in rows if r["added_mean"] == r["added_mean"]]
     evals = [r["eval_mean"] for r in rows if r["eval_mean"] == r["eval_mean"]]
