@@ -86,7 +86,9 @@ def entry(task_dir: Path, why_none: str, result: EvalResult | Exception | None, 
     if isinstance(result, Exception):
         return {**e, "verdict": None, "error": f"{type(result).__name__}: {str(result)[:200]}"}
     e.update(verdict=result.verdict, message=result.message, seconds=round(result.timings.get("total", 0.0), 1),
-             timings={k: round(v, 2) for k, v in result.timings.items()})  # where an evaluation's time goes
+             timings={k: round(v, 2) for k, v in result.timings.items()},  # where an evaluation's time goes
+             # differences the judge accepted while timing (the float64 truth, the task's sensitivity), and why
+             accepted=[n for n in result.notes if n.startswith("while timing")])
     perf = result.performance
     if perf is not None:
         estimate = perf.detail.get("estimate") or {}
