@@ -119,15 +119,16 @@ def timing_input_sets(config: Configuration) -> list[list[Any]]:
     return [s for s in sets if s is not None]
 
 
-def timing_judge(reference: Any, config: Configuration, atol: float, rtol: float) -> Judgement:
+def timing_judge(reference: Any, config: Configuration, atol: float, rtol: float,
+                 input_sets: list[list[Any]]) -> Judgement:
     """Outputs that differed while timing judged as the correctness stage judges them: against the float64 truth
-    on the same inputs, then the task's sensitivity, both made on this host's CPU (a TPU has no float64) and only
-    for a difference the elementwise check found."""
+    on the same inputs (`input_sets`, as drawn for timing: `TIMING_CASES`), then the task's sensitivity, both made
+    on this host's CPU (a TPU has no float64) and only for a difference the elementwise check found."""
 
     def judge(k: int, cand: Any, ref: Any) -> tuple[Comparison, str]:
         def on_cpu(made: Any) -> Any:
             with jax.default_device(jax.devices("cpu")[0]):
-                return made(config=config, reference=reference, case=TIMING_CASES[k])
+                return made(config=config, reference=reference, case=TIMING_CASES[k], host=input_sets[k])
 
         return judged(cand, ref, atol, rtol, functools.partial(on_cpu, case_truth),
                       functools.partial(on_cpu, perturbed_truth))
@@ -330,7 +331,7 @@ class CandidateStages:
             input_sets = drawn.result()
         pair = measure_pair(reference=ref_fn, candidate=cand_fn, input_sets=input_sets,
                             static=config.static, trace_dir=self.artifacts / "trace", atol=atol, rtol=rtol,
-                            judge=timing_judge(ref_fn, config, atol, rtol))
+                            judge=timing_judge(ref_fn, config, atol, rtol, input_sets))
         self.report.notes.extend(pair.notes)
         self.report.measured = MeasuredTimes(
             candidate_ms=pair.candidate.median_ms, reference_ms=pair.reference.median_ms,

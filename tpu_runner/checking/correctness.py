@@ -168,15 +168,19 @@ def run_reference_case(*, config: Configuration, reference: Callable[..., Any], 
     return ReferenceRun(case, expected, wide, lambda: perturbed_truth(config=config, reference=reference, case=case))
 
 
-def case_truth(*, config: Configuration, reference: Callable[..., Any], case: Case) -> OutputSet | None:
-    """The reference in float64 on the case's own inputs (None where the case does not apply or it cannot run so)."""
-    host = case_inputs(config, case)
+def case_truth(*, config: Configuration, reference: Callable[..., Any], case: Case,
+               host: list[np.ndarray] | None = None) -> OutputSet | None:
+    """The reference in float64 on the case's own inputs (None where the case does not apply or it cannot run so);
+    `host`, those inputs when drawn already."""
+    host = host if host is not None else case_inputs(config, case)
     return None if host is None else _float64_truth(reference, host, config)
 
 
-def perturbed_truth(*, config: Configuration, reference: Callable[..., Any], case: Case) -> OutputSet | None:
-    """The reference in float64 on the case's inputs moved by one unit roundoff of their dtypes."""
-    host = case_inputs(config, case)
+def perturbed_truth(*, config: Configuration, reference: Callable[..., Any], case: Case,
+                    host: list[np.ndarray] | None = None) -> OutputSet | None:
+    """The reference in float64 on the case's inputs moved by one unit roundoff of their dtypes; `host`, those
+    inputs when drawn already."""
+    host = host if host is not None else case_inputs(config, case)
     return None if host is None else _float64_truth(reference, _perturbed(host, case.seed + 1), config)
 
 

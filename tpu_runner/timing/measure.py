@@ -183,7 +183,10 @@ def measure_pair(*, reference: Callable[..., Any], candidate: Callable[..., Any]
         for name in fns:
             call(name, i)
     wall: dict[str, list[float]] = {name: [] for name in fns}
-    differed: list[tuple[int, Any, Any]] = []  # (iteration, candidate's outputs, reference's), judged after
+    # Outputs that differed, judged after the loop: per input set, each distinct pair held once on the device with
+    # the iterations that gave it (a deterministic kernel holds one pair per set, not one per iteration).
+    differed: dict[int, list[tuple[Any, Any, list[int]]]] = {}
+    identical = _identical()
     trace_dir.mkdir(parents=True, exist_ok=True)
     with jax.profiler.trace(str(trace_dir), create_perfetto_trace=True):
         for i in range(iterations):
@@ -193,10 +196,16 @@ def measure_pair(*, reference: Callable[..., Any], candidate: Callable[..., Any]
                 outs[name], ms = call(name, i)
                 wall[name].append(ms)
             cand, ref = outs[CANDIDATE_NAME], outs[REFERENCE_NAME]
-            if not (_same_form(cand, ref) and not any(bool(f) for f in differs(cand, ref))):
-                differed.append((i, cand, ref))
-    mismatches, notes = _judged(differed, len(resident), judge or (
-        lambda _k, c, r: (compare_outputs(c, r, atol, rtol), "")))
+            if _same_form(cand, ref) and not any(bool(f) for f in differs(cand, ref)):
+                continue
+            held = differed.setdefault(i % len(resident), [])
+            same = next((its for c, r, its in held if _same_form(c, cand) and _same_form(r, ref)
+                         and bool(identical(c, cand)) and bool(identical(r, ref))), None)
+            if same is not None:
+                same.append(i)
+            else:
+                held.append((cand, ref, [i]))
+    mismatches, notes = _judged(differed, judge or (lambda _k, c, r: (compare_outputs(c, r, atol, rtol), "")))
     timings = {}
     trace_path = _trace_file(trace_dir)
     for name in fns:
@@ -209,27 +218,18 @@ def measure_pair(*, reference: Callable[..., Any], candidate: Callable[..., Any]
                         ops[CANDIDATE_NAME])
 
 
-def _judged(differed: list[tuple[int, Any, Any]], n_sets: int, judge: Judgement) -> tuple[list[str], list[str]]:
-    """The mismatches among outputs that differed while timing, and notes on differences the judge accepted."""
-    seen: dict[int, list[tuple[Any, Any, str | None]]] = {}  # per input set: outputs judged, and the mismatch
-    identical = _identical()
-    mismatches: list[str] = []
+def _judged(differed: dict[int, list[tuple[Any, Any, list[int]]]], judge: Judgement) -> tuple[list[str], list[str]]:
+    """The mismatches among outputs that differed while timing (one per iteration, in order), and notes on the
+    differences the judge accepted; each distinct pair of outputs is judged once."""
+    mismatches: list[tuple[int, str]] = []
     notes: list[str] = []
-    for i, cand, ref in differed:
-        k = i % n_sets
-        earlier = [m for c, r, m in seen.get(k, []) if _same_form(c, cand) and _same_form(r, ref)
-                   and bool(identical(c, cand)) and bool(identical(r, ref))]
-        if earlier:
-            mismatch = earlier[0]
-        else:
+    for k, held in differed.items():
+        for cand, ref, iterations in held:
             comparison, note = judge(k, cand, ref)
-            mismatch = None if comparison.ok or comparison.error is None else (
-                f"{comparison.error.kind}: {comparison.error.detail}")
-            seen.setdefault(k, []).append((cand, ref, mismatch))
-            if mismatch is None:
+            if comparison.ok or comparison.error is None:
                 why = note or "within the reference's own error (its float64 truth)"
-                notes.append(f"while timing, iteration {i}'s outputs differ from the reference's beyond the "
-                             f"tolerance, {why}")
-        if mismatch is not None:
-            mismatches.append(f"iteration {i}: {mismatch}")
-    return mismatches, notes
+                notes.append(f"while timing, iteration {iterations[0]}'s outputs differ from the reference's beyond "
+                             f"the tolerance, {why}")
+            else:
+                mismatches += [(i, f"{comparison.error.kind}: {comparison.error.detail}") for i in iterations]
+    return [f"iteration {i}: {m}" for i, m in sorted(mismatches)], notes
