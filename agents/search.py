@@ -149,8 +149,8 @@ def _keep_best(s: Session, record: KernelSession, best: Node | None, e: Evaluati
     """The best kernel's parameters, kept for the next search of the task on this chip under the JAX it was
     evaluated with, unless a kernel kept there is as fast."""
     digest = (record.budget or {}).get("task_digest")
-    jax_version = ((e.result or {}).get("jax_version") if e else None)
-    if best is None or best.score is None or not best.params or not digest or not jax_version or e is None:
+    jax_version = (e.result or {}).get("jax_version") if e else None
+    if best is None or best.score is None or not best.params or not digest or e is None or not jax_version:
         return
     tuned.keep_tuned(s, task=record.task, task_digest=digest, target=record.target, jax_version=jax_version,
                      params=best.params, speedup=best.score, method=e.method or "estimated", band=_band(e),

@@ -137,15 +137,16 @@ class ReferenceStore:
         if report.chip_busy:
             shutil.rmtree(scratch, ignore_errors=True)
             raise ChipBusy(report.chip_busy)
-        stops = {}
+        stops: list[ReferenceStopped] = []
         for task in tasks:
-            if str(task.path) in report.out_of_memory:
-                stops[str(task.path)] = _out_of_device_memory(task, report.output_errors[str(task.path)])
-                self._remember_stop(task, stops[str(task.path)])
-                report.output_errors[str(task.path)] = str(stops[str(task.path)])
+            where = str(task.path)
+            if where in report.out_of_memory:
+                stops.append(_out_of_device_memory(task, report.output_errors[where]))
+                self._remember_stop(task, stops[-1])
+                report.output_errors[where] = str(stops[-1])
         if report.task_error and strict:
             shutil.rmtree(scratch, ignore_errors=True)
-            raise next(iter(stops.values()), TaskError(report.task_error))
+            raise stops[0] if stops else TaskError(report.task_error)
         return report, scratch
 
     # -- programs -----------------------------------------------------------------------------------------------
