@@ -25,6 +25,7 @@ beside the search's.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -32,6 +33,9 @@ import time
 from pathlib import Path
 
 from sqlmodel import Session, col, select
+
+# This process never holds a TPU: the evaluator's children do, one at a time.
+os.environ["JAX_PLATFORMS"] = "cpu"
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -62,7 +66,7 @@ def seed_kernel(task: Task, prefer: str, root: Path, target: str) -> tuple[str, 
     from agents.offline.params import choose
 
     chip = get_chip(target)
-    brain = offline_brain(task, chip, load_settings({"KERNELBOT_HOME": str(root / "reading")}))
+    brain = offline_brain(task, chip, load_settings({**os.environ, "KERNELBOT_HOME": str(root / "reading")}))
     assert brain.spec is not None
     return brain.source(choose(brain.spec, chip)[0]), "the offline brain"
 
@@ -71,7 +75,8 @@ def run_one(task: Task, seed_code: str, strategy: str, budget: int, workers: int
             target: str) -> dict:
     task_name = task.path.name
     home = root / f"{task_name}-{strategy}-{seed}"
-    settings = load_settings({"KERNELBOT_HOME": str(home), "KERNELBOT_EVAL_WORKERS": str(workers)})
+    # The host's own environment (its TPU, KERNELBOT_TPU) with this run's home and workers.
+    settings = load_settings({**os.environ, "KERNELBOT_HOME": str(home), "KERNELBOT_EVAL_WORKERS": str(workers)})
     engine = open_database(settings)
     started = time.perf_counter()
     with Session(engine) as s, s.begin():
@@ -116,7 +121,7 @@ def main() -> None:
                         help="seed with the task's solutions/pallas.py (the offline brain's kernel when it has "
                              "none) or always with the offline brain's kernel")
     args = parser.parse_args()
-    host = load_settings({})
+    host = load_settings(dict(os.environ))
     target = args.target or (host.host_target if host.host_target and host.on_chip(host.host_target) else "v6e")
     print(f"target {target}: {'measured on this host' if host.on_chip(target) else 'estimated'}", flush=True)
     rows = []

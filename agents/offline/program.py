@@ -79,6 +79,38 @@ class Program:
     def users(self, value: Value) -> list[Op]:
         return [op for op in self.ops if any(isinstance(a, Value) and a.id == value.id for a in op.args)]
 
+    def depends_on(self, later: Any, earlier: Value) -> bool:
+        """Whether `later` is computed from `earlier`."""
+        frontier, seen = [later], set()
+        while frontier:
+            v = frontier.pop()
+            if not isinstance(v, Value) or v.id in seen:
+                continue
+            if v.id == earlier.id:
+                return True
+            seen.add(v.id)
+            producer = self.producer(v)
+            if producer is not None:
+                frontier += list(producer.args)
+        return False
+
+    def inputs_behind(self, value: Any) -> set[int]:
+        """The positions of the inputs a value is computed from (empty: from constants and positions only)."""
+        found, frontier, seen = set(), [value], set()
+        ids = {v.id: i for i, v in enumerate(self.inputs)}
+        while frontier:
+            v = frontier.pop()
+            if not isinstance(v, Value) or v.id in seen:
+                continue
+            seen.add(v.id)
+            if v.id in ids:
+                found.add(ids[v.id])
+                continue
+            producer = self.producer(v)
+            if producer is not None:
+                frontier += list(producer.args)
+        return found
+
 
 @dataclass(frozen=True)
 class _Made:

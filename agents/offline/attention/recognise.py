@@ -143,41 +143,6 @@ def _trace_back(program: Program, arg: Any, labels: list[Labels], what: str) -> 
                         "converted input)")
 
 
-def _depends_on(program: Program, later: Any, earlier: Value) -> bool:
-    frontier, seen = [later], set()
-    while frontier:
-        v = frontier.pop()
-        if not isinstance(v, Value):
-            continue
-        if v.id == earlier.id:
-            return True
-        if v.id in seen:
-            continue
-        seen.add(v.id)
-        producer = program.producer(v)
-        if producer is not None:
-            frontier += list(producer.args)
-    return False
-
-
-def _from_inputs(program: Program, value: Any) -> set[int]:
-    """The program inputs a value is computed from (empty: from constants and positions only)."""
-    found, frontier, seen = set(), [value], set()
-    ids = {v.id: i for i, v in enumerate(program.inputs)}
-    while frontier:
-        v = frontier.pop()
-        if not isinstance(v, Value) or v.id in seen:
-            continue
-        seen.add(v.id)
-        if v.id in ids:
-            found.add(ids[v.id])
-            continue
-        producer = program.producer(v)
-        if producer is not None:
-            frontier += list(producer.args)
-    return found
-
-
 def _order(labels: list[Labels], shape: tuple[int, ...], roles: dict[str, str], what: str) -> tuple[str, ...]:
     """Each axis's canonical role from its labels: `roles` maps a label to a role; the batch-like labels (B*, G*)
     go to "b" for B0 and to "h" for the others."""
@@ -246,7 +211,7 @@ def _score_ops(program: Program, first: Op, reducer: Op, q_scale: float,
                 raise NotRecognised("attention divides a constant by its scores")
             ops.append(ScoreOp("scale", c if op.prim == "mul" else 1.0 / c))
         elif op.prim == "add" and len(others) == 1 and isinstance(others[0], Value):
-            sources = _from_inputs(program, others[0])
+            sources = program.inputs_behind(others[0])
             if not sources:
                 if not any(o.prim == "iota" for o in program.ops):
                     raise NotRecognised("attention adds a constant array to its scores")
@@ -264,7 +229,7 @@ def _score_ops(program: Program, first: Op, reducer: Op, q_scale: float,
                 ops.append(ScoreOp("bias"))
         elif op.prim == "select_n" and len(op.args) == 3 and isinstance(op.args[2], Value) \
                 and op.args[2].id == main.id:
-            if _from_inputs(program, op.args[0]) or _from_inputs(program, op.args[1]):
+            if program.inputs_behind(op.args[0]) or program.inputs_behind(op.args[1]):
                 raise NotRecognised("attention masks its scores with an input mask; the offline brain writes "
                                     "causal masks (built from positions) only")
             _check_causal(position_value(program, op.args[0]), main.shape, score_labels)
@@ -299,7 +264,7 @@ def _bias(program: Program, value: Value, score_labels: list[Labels]) -> tuple[i
 
 def recognise_attention(program: Program, dots: list[Op], output: Value) -> Attention:
     first, second = dots
-    p_side = [i for i in (0, 1) if _depends_on(program, second.args[i], first.out)]
+    p_side = [i for i in (0, 1) if program.depends_on(second.args[i], first.out)]
     if len(p_side) != 1:
         raise NotRecognised("two matmuls that are not chained as attention")
     between = program.ops[program.ops.index(first) + 1:program.ops.index(second)]
