@@ -115,6 +115,8 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=10)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--random-seeds", type=int, default=2)
+    parser.add_argument("--first-random-seed", type=int, default=1, help="the first random run's seed (a run split "
+                        "across time-limited calls goes on where the last one stopped)")
     parser.add_argument("--methods", default="beam,hybrid,random", help="which of beam, hybrid, random to run")
     parser.add_argument("--target", help="the chip to evaluate for (default: this host's TPU, else v6e)")
     parser.add_argument("--seed", choices=("solution", "offline"), default="solution",
@@ -137,7 +139,8 @@ def main() -> None:
                   f"{points} points", flush=True)
             methods = args.methods.split(",")
             runs = [(m, 1) for m in ("beam", "hybrid") if m in methods]
-            runs += [("tune", s) for s in range(1, args.random_seeds + 1)] if "random" in methods else []
+            first = args.first_random_seed
+            runs += [("tune", s) for s in range(first, first + args.random_seeds)] if "random" in methods else []
             for strategy, seed in runs:
                 row = run_one(task, seed_code, strategy, args.budget, args.workers, seed, Path(tmp), target)
                 rows.append(row)

@@ -8,7 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from tpu_runner.checking import as_on_tpu, in_float64
+from tpu_runner.checking import OutputSet, as_on_tpu, case_truth, widened, widened_program
+from tpu_runner.checking.correctness import rss_bytes
+from tpu_runner.reports import MEMORY_LIMIT_ENV
+from tpu_runner.tasks import EVALUATOR_CASES, ArgSpec, Configuration
 
 
 def _dense_relu(x: jax.Array, w: jax.Array, precision: lax.Precision | None = None) -> jax.Array:
@@ -41,7 +44,38 @@ def test_highest_precision_is_left_as_the_reference_wrote_it() -> None:
 
 def test_the_float64_truth_runs_through_a_custom_jvp_call() -> None:
     x, w = _inputs()
-    wide = np.asarray(in_float64(_dense_relu, (), [x, w]))
+    wide = np.asarray(widened(_dense_relu, (), [x, w]))
     assert wide.dtype == np.float64
     want = np.maximum(x.astype(np.float64) @ w.astype(np.float64), 0) + np.log1p(np.exp(x[:, :1].astype(np.float64)))
     np.testing.assert_allclose(wide, want, rtol=1e-12, atol=1e-12)
+
+
+def _scores(x: jax.Array) -> jax.Array:
+    """A reference whose widened program needs much memory: its [n, n] output."""
+    return jnp.tanh(x @ x.T)
+
+
+def test_the_truth_narrows_to_float32_where_float64_would_pass_the_memory_limit(monkeypatch) -> None:
+    """The truth is sized before it runs: XLA's own count of what the widened program needs, against what is left
+    under the child's memory limit. Where float64 would not fit, float32 (still far finer than the kernels' bf16)
+    with a note that says so; where neither would, no truth at all rather than a child killed for memory."""
+    x = np.asarray(jax.random.normal(jax.random.PRNGKey(3), (2048, 64), jnp.float32))
+    _, wide_need = widened_program(_scores, (), [x], np.float64)
+    _, narrow_need = widened_program(_scores, (), [x], np.float32)
+    assert wide_need >= 2048 * 2048 * 8 > narrow_need >= 2048 * 2048 * 4
+    config = Configuration(dynamic=(ArgSpec(x.shape, "float32"),), static=())
+    case = EVALUATOR_CASES[1]  # drawn inputs (`host` gives them)
+
+    def truth_with(room: int) -> OutputSet | None:
+        limit_mib = (room + rss_bytes()) / 0.9 / 2**20  # `room` bytes left under the limit
+        monkeypatch.setenv(MEMORY_LIMIT_ENV, str(int(limit_mib)))
+        return case_truth(config=config, reference=_scores, case=case, host=[x])
+
+    exact = np.tanh(x.astype(np.float64) @ x.T.astype(np.float64))
+    full = truth_with(wide_need * 4)
+    assert full is not None and full.note == ""
+    np.testing.assert_allclose(full.leaves[0], exact, rtol=1e-12)
+    narrow = truth_with((wide_need + narrow_need) // 2)
+    assert narrow is not None and narrow.note.startswith("its float32 truth: float64 would need")
+    np.testing.assert_allclose(narrow.leaves[0], exact, rtol=1e-5, atol=1e-5)  # f32 rounding of sums of 64 terms
+    assert truth_with(narrow_need // 2) is None

@@ -16,6 +16,7 @@ import contextlib
 import functools
 import importlib.util
 import os
+import resource
 import sys
 import time
 from collections.abc import Iterator
@@ -162,6 +163,9 @@ class CandidateStages:
     def leave(self) -> None:
         timings = self.report.timings
         timings[self._stage] = timings.get(self._stage, 0.0) + time.perf_counter() - self._t0
+        # The resident memory's high-water mark when each stage ends (on a TPU the runtime holds much of it from
+        # the start): which stage grew it, where the supervisor's peak alone does not say.
+        timings[f"rss_mib.{self._stage}"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     def fail(self, stage: Stage, exc: BaseException, default_kind: str | None = None) -> StageFailure:
         return StageFailure(stage, from_exception(exc, stage=stage, candidate_path=self.candidate_path,

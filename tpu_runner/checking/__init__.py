@@ -13,6 +13,6 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "perturbed_truth": "correctness",
     "ReferenceRun": "correctness", "run_candidate_case": "correctness", "run_reference_case": "correctness",
     "compare_outputs": "compare", "Comparison": "compare",
-    "as_on_tpu": "numerics", "in_float64": "numerics",
+    "as_on_tpu": "numerics", "widened": "numerics", "widened_program": "numerics",
     "load_outputs": "arrays", "OutputSet": "arrays", "save_outputs": "arrays",
 })

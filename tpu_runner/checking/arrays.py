@@ -23,6 +23,7 @@ _NATIVE_KINDS = "biufc"
 class OutputSet:
     tree: str  # the pytree structure, e.g. "PyTreeDef((*, *))"
     leaves: tuple[np.ndarray, ...]
+    note: str = ""  # how they were made, where a judgement that uses them should say so (a narrower truth)
 
 
 def _storable(leaf: np.ndarray) -> tuple[np.ndarray, str]:
@@ -33,7 +34,7 @@ def _storable(leaf: np.ndarray) -> tuple[np.ndarray, str]:
     return leaf.view(bits), name
 
 
-def save_outputs(path: Path, tree: str, leaves: list[Any]) -> None:
+def save_outputs(path: Path, tree: str, leaves: list[Any], note: str = "") -> None:
     """Write `path` (.npz) and its sidecar (.json) atomically."""
     arrays, dtypes = {}, []
     for i, leaf in enumerate(leaves):
@@ -44,7 +45,7 @@ def save_outputs(path: Path, tree: str, leaves: list[Any]) -> None:
     np.savez(tmp, **arrays)
     meta = path.with_suffix(".json")
     meta_tmp = meta.with_name(meta.name + f".{os.getpid()}.tmp")
-    meta_tmp.write_text(json.dumps({"tree": tree, "dtypes": dtypes}))
+    meta_tmp.write_text(json.dumps({"tree": tree, "dtypes": dtypes, "note": note}))
     tmp.replace(path)
     meta_tmp.replace(meta)
 
@@ -57,7 +58,7 @@ def load_outputs(path: Path) -> OutputSet:
             raw = data[f"leaf{i}"]
             dtype = np.dtype(name)
             leaves.append(raw if raw.dtype == dtype else raw.view(dtype))
-    return OutputSet(tree=str(meta["tree"]), leaves=tuple(leaves))
+    return OutputSet(tree=str(meta["tree"]), leaves=tuple(leaves), note=str(meta.get("note", "")))
 
 
 def exists(path: Path) -> bool:

@@ -13,6 +13,7 @@ Three steps, each of which the evaluator runs in a different process:
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -32,8 +33,8 @@ from tpu_runner.checking.compare import (
     same_bytes,
     within_sensitivity,
 )
-from tpu_runner.checking.numerics import in_float64
-from tpu_runner.reports import CorrectnessCase, EvalError, from_exception, interpreter_limitation
+from tpu_runner.checking.numerics import widened_program
+from tpu_runner.reports import MEMORY_LIMIT_ENV, CorrectnessCase, EvalError, from_exception, interpreter_limitation
 from tpu_runner.tasks import EVALUATOR_CASES, Case, Configuration, TaskError, case_inputs
 
 INTERPRETER_LIMIT = "interpret_unsupported"  # the simulator, not the kernel, failed: correctness not checkable here
@@ -137,14 +138,39 @@ def _perturbed(host: list[np.ndarray], seed: int) -> list[np.ndarray]:
     return out
 
 
-def _float64_truth(reference: Callable[..., Any], host: list[np.ndarray], config: Configuration) -> OutputSet | None:
-    """The reference evaluated in float64 on the same inputs, or None where it cannot run that way."""
-    try:
-        out = as_output_set(in_float64(reference, config.static, [np.asarray(x) for x in host]))
-    except Exception:  # noqa: BLE001 - a reference that cannot run in float64 simply has no truth
-        return None
-    return OutputSet(out.tree, tuple(np.asarray(x, np.float64) if np.asarray(x).dtype.kind == "f" else x
-                                     for x in out.leaves))
+def rss_bytes() -> int:
+    """This process's resident memory now."""
+    with contextlib.suppress(OSError), open("/proc/self/status") as f:
+        return next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:")), 0)
+    return 0
+
+
+def memory_allowance() -> int | None:
+    """Bytes this process may still take under its sandbox's memory limit, less a tenth of it kept for what the
+    caller holds beside; None where no limit is known (not in a sandboxed child)."""
+    limit = os.environ.get(MEMORY_LIMIT_ENV)
+    return int(int(limit) * 2**20 * 0.9) - rss_bytes() if limit else None
+
+
+def _truth(reference: Callable[..., Any], host: list[np.ndarray], config: Configuration) -> OutputSet | None:
+    """The reference evaluated in float64 on the same inputs - in float32 where float64 would not fit under this
+    process's memory limit (still ~2^-24 against bf16's 2^-8), with a note saying so - or None where it cannot
+    run that way or would not fit at all."""
+    dynamic = [np.asarray(x) for x in host]
+    allowance, note = memory_allowance(), ""
+    for dtype in (np.float64, np.float32):
+        try:
+            run, need = widened_program(reference, config.static, dynamic, dtype)
+            if allowance is not None and need > allowance:
+                note = note or (f"float64 would need ~{need / 2**30:.1f} GiB, beyond the {allowance / 2**30:.1f} "
+                                "GiB this evaluation has left")
+                continue
+            out = as_output_set(run())
+        except Exception:  # noqa: BLE001 - a reference that cannot run so simply has no truth
+            return None
+        leaves = tuple(np.asarray(x, np.float64) if np.asarray(x).dtype.kind == "f" else x for x in out.leaves)
+        return OutputSet(out.tree, leaves, f"its float32 truth: {note}" if note else "")
+    return None
 
 
 def run_reference_case(*, config: Configuration, reference: Callable[..., Any], case: Case,
@@ -164,7 +190,7 @@ def run_reference_case(*, config: Configuration, reference: Callable[..., Any], 
         expected = as_output_set(jax.block_until_ready(fn(*_fresh(host, config.static))))
     wide = None
     if truth:
-        wide = _float64_truth(reference, host, config)
+        wide = _truth(reference, host, config)
     return ReferenceRun(case, expected, wide, lambda: perturbed_truth(config=config, reference=reference, case=case))
 
 
@@ -173,7 +199,7 @@ def case_truth(*, config: Configuration, reference: Callable[..., Any], case: Ca
     """The reference in float64 on the case's own inputs (None where the case does not apply or it cannot run so);
     `host`, those inputs when drawn already."""
     host = host if host is not None else case_inputs(config, case)
-    return None if host is None else _float64_truth(reference, host, config)
+    return None if host is None else _truth(reference, host, config)
 
 
 def perturbed_truth(*, config: Configuration, reference: Callable[..., Any], case: Case,
@@ -181,7 +207,7 @@ def perturbed_truth(*, config: Configuration, reference: Callable[..., Any], cas
     """The reference in float64 on the case's inputs moved by one unit roundoff of their dtypes; `host`, those
     inputs when drawn already."""
     host = host if host is not None else case_inputs(config, case)
-    return None if host is None else _float64_truth(reference, _perturbed(host, case.seed + 1), config)
+    return None if host is None else _truth(reference, _perturbed(host, case.seed + 1), config)
 
 
 def _mismatch(comparison: Comparison) -> bool:
@@ -199,7 +225,8 @@ def judged(candidate: Any, expected: Any, atol: float, rtol: float, truth: Calla
         return comparison, ""
     comparison = compare_outputs(candidate, expected, atol, rtol, wide)
     if not _mismatch(comparison) or (moved := perturbed()) is None:
-        return comparison, ""
+        narrower = comparison.ok and wide.note  # passed by a float32 truth: the note says why not float64
+        return comparison, f"within the reference's own error ({wide.note})" if narrower else ""
     sensitive, note = within_sensitivity(as_output_set(candidate), wide, moved)
     if sensitive:
         comparison = Comparison(True, comparison.max_abs_err, comparison.max_rel_err)

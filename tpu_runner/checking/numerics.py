@@ -7,10 +7,10 @@ so the operands of every default-precision f32 dot and convolution are rounded t
 that computes as XLA does on the TPU is then compared like with like, and one that computes in full f32 is
 still within the float64 truth's allowance (see `compare.compare_outputs`).
 
-`in_float64`: the same program with every floating value, constant and result type widened to float64 - the
-truth an honest kernel's rounding is measured against. Programs written as `lax.*_p.bind` (as `kernelbot port`
-writes them) fix their dtypes in every equation, so calling them on float64 inputs does not work; rewriting
-the program does.
+`widened`: the same program with every floating value, constant and result type widened to float64 - the
+truth an honest kernel's rounding is measured against (float32 where float64 would not fit in memory).
+Programs written as `lax.*_p.bind` (as `kernelbot port` writes them) fix their dtypes in every equation, so
+calling them on float64 inputs does not work; rewriting the program does.
 
 Both walk the traced program equation by equation, with one rule deciding what each equation becomes.
 """
@@ -83,7 +83,12 @@ def _floating(dtype: Any) -> bool:
         return False
 
 
-class _InFloat64(Rule):
+class _Widened(Rule):
+    """Every floating value and type as `dtype` (float64: the truth; float32 where float64 would not fit)."""
+
+    def __init__(self, dtype: Any = np.float64):
+        self.dtype = np.dtype(dtype)
+
     def touches(self, eqn: Any) -> bool:
         return True
 
@@ -94,15 +99,15 @@ class _InFloat64(Rule):
         params = dict(eqn.params)
         for key in DTYPE_PARAMS:
             if key in params and params[key] is not None and _floating(params[key]):
-                params[key] = jnp.float64
+                params[key] = self.dtype
         return params
 
     def value(self, x: Any) -> Any:
         dtype = getattr(x, "dtype", None)
-        if dtype is not None and _floating(dtype) and dtype != jnp.float64:
-            return x.astype(jnp.float64) if hasattr(x, "astype") else np.float64(x)
+        if dtype is not None and _floating(dtype) and dtype != self.dtype:
+            return x.astype(self.dtype) if hasattr(x, "astype") else self.dtype.type(x)
         if isinstance(x, float):
-            return np.float64(x)
+            return self.dtype.type(x)
         return x
 
 
@@ -184,12 +189,32 @@ def as_on_tpu(fn: Callable[..., Any], static: Sequence[Any]) -> Callable[..., An
     return jax.jit(run)
 
 
-def in_float64(fn: Callable[..., Any], static: Sequence[Any], dynamic: Sequence[np.ndarray]) -> Any:
-    """`fn(*dynamic, *static)` with every floating value and type widened to float64 (see the module
-    docstring). The program is traced at the inputs' own dtypes, then evaluated wide; needs jax_enable_x64."""
+def widened_program(fn: Callable[..., Any], static: Sequence[Any], dynamic: Sequence[np.ndarray],
+                    dtype: Any = np.float64) -> tuple[Callable[[], Any], int]:
+    """`fn(*dynamic, *static)` with every floating value and type widened to `dtype` (see the module docstring),
+    compiled for this process's default device but not run: the call that runs it, and the bytes XLA says it
+    needs (arguments, outputs and temporaries; 0 where the backend does not say). The program is traced at the
+    inputs' own dtypes, then evaluated wide."""
     closed = jax.make_jaxpr(lambda *d: fn(*d, *static))(*dynamic)
     out_tree = jax.tree.structure(jax.eval_shape(lambda *d: fn(*d, *static), *dynamic))
-    rule = _InFloat64()
-    with jax.enable_x64(True):
-        wide = jax.jit(lambda *d: evaluate(closed, d, rule))(*[rule.value(jnp.asarray(x)) for x in dynamic])
-    return jax.tree.unflatten(out_tree, wide)
+    rule = _Widened(dtype)
+    x64 = rule.dtype == np.float64
+    with jax.enable_x64(x64):
+        avals = [jax.ShapeDtypeStruct(np.shape(x), rule.value(np.zeros((), np.asarray(x).dtype)).dtype)
+                 for x in dynamic]
+        compiled = jax.jit(lambda *d: evaluate(closed, d, rule)).lower(*avals).compile()
+    stats = compiled.memory_analysis()
+    need = sum(getattr(stats, k, 0) for k in ("argument_size_in_bytes", "output_size_in_bytes",
+                                                "temp_size_in_bytes")) if stats is not None else 0
+
+    def run() -> Any:
+        with jax.enable_x64(x64):
+            return jax.tree.unflatten(out_tree, compiled(*[rule.value(jnp.asarray(x)) for x in dynamic]))
+
+    return run, int(need)
+
+
+def widened(fn: Callable[..., Any], static: Sequence[Any], dynamic: Sequence[np.ndarray],
+            dtype: Any = np.float64) -> Any:
+    """`fn(*dynamic, *static)` evaluated with every floating value and type widened to `dtype`."""
+    return widened_program(fn, static, dynamic, dtype)[0]()

@@ -100,7 +100,7 @@ def describe(task_dir: str, out: Path) -> ExportedTask:
 def _save(out: Path, name: str, outputs: OutputSet | None) -> str | None:
     if outputs is None:
         return None
-    save_outputs(out / name, outputs.tree, list(outputs.leaves))
+    save_outputs(out / name, outputs.tree, list(outputs.leaves), outputs.note)
     return name
 
 

@@ -52,12 +52,18 @@ def _build(cls: type[T], data: dict[str, Any]) -> T:
     return cls(**{k: v for k, v in data.items() if k in names})
 
 
+# Where a sandboxed child finds its memory limit (sandbox.entry sets it): work it may skip, such as the float64 truth
+# of a large reference, is sized to it.
+MEMORY_LIMIT_ENV = "KERNELBOT_CHILD_MEMORY_MIB"
+
+
 @dataclass(frozen=True)
 class SandboxLimits:
     """The limits `sandbox.entry` applies before anything else runs: its first argument, as JSON."""
 
     cpu_seconds: int
     file_bytes: int
+    memory_mib: int = 0  # the supervisor's limit on the child's resident memory (0: none known)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -19,7 +19,7 @@ import resource
 import runpy
 import sys
 
-from tpu_runner.reports import ChildStart, SandboxLimits
+from tpu_runner.reports import MEMORY_LIMIT_ENV, ChildStart, SandboxLimits
 
 
 def die_with_supervisor() -> None:
@@ -93,7 +93,10 @@ def confine(writable: list[str], readable: list[str] | None, listable: list[str]
 
 
 def main() -> None:
-    notes = apply_limits(SandboxLimits.from_json(sys.argv[1]))
+    limits = SandboxLimits.from_json(sys.argv[1])
+    notes = apply_limits(limits)
+    if limits.memory_mib:
+        os.environ[MEMORY_LIMIT_ENV] = str(limits.memory_mib)
     if notes:
         print("sandbox: " + "; ".join(notes), file=sys.stderr)
     target = sys.argv[2]

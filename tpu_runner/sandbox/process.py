@@ -296,7 +296,8 @@ def _answer(proc: subprocess.Popen[bytes], reply: str) -> None:
 def spawn(*, target: str, scratch: Path, env: dict[str, str], limits: EvalLimits) -> SandboxProcess:
     """Start a child running `target` (a module with main(argv), or a script path) that waits for its arguments."""
     (scratch / "llo_dump").mkdir(parents=True, exist_ok=True)
-    sandbox_limits = SandboxLimits(cpu_seconds=limits.cpu_seconds, file_bytes=_FILE_BYTES)
+    sandbox_limits = SandboxLimits(cpu_seconds=limits.cpu_seconds, file_bytes=_FILE_BYTES,
+                                   memory_mib=limits.memory_mib)
     cmd = [sys.executable, "-m", "tpu_runner.sandbox.entry", sandbox_limits.to_json(), target]
     # The package must be importable from the scratch directory the child runs in, and so must what this process
     # imports from its PYTHONPATH (a TPU host's own JAX).
