@@ -79,8 +79,10 @@ def kernel_digest(path: Path | None) -> str | None:
     return hashlib.sha256(kernel_code(path.read_text()).encode()).hexdigest()[:16] if path is not None else None
 
 
-def entry(task_dir: Path, why_none: str, result: EvalResult | Exception | None, kernel: str | None = None) -> dict:
-    e: dict = {"task": task_dir.name, "kernel": kernel, "xla_v6e_ms": _xla_v6e_ms(task_dir)}
+def entry(task_dir: Path, why_none: str, result: EvalResult | Exception | None, kernel: str | None = None,
+          memory_mib: int | None = None) -> dict:
+    e: dict = {"task": task_dir.name, "kernel": kernel, "xla_v6e_ms": _xla_v6e_ms(task_dir),
+               "memory_mib": memory_mib}  # the evaluation's memory limit (KERNELBOT_EVAL_MEMORY_MIB)
     if result is None:
         return {**e, "verdict": None, "error": f"no kernel: {why_none}"}
     if isinstance(result, Exception):
@@ -161,7 +163,7 @@ def run_suite(name: str, suite: Path, only: list[str], chip: ChipSpec, settings:
     t0 = time.perf_counter()
 
     def done(request: EvalRequest, result: EvalResult | Exception) -> None:
-        e = entry(request.task, "", result, digests[request.task])
+        e = entry(request.task, "", result, digests[request.task], settings.limits.memory_mib)
         entries[request.task] = e
         print(f"{line(e)}  [{time.perf_counter() - t0:.0f} s]", flush=True)
         if log is not None:  # each entry as it comes: a run cut short by a time limit keeps what it finished
