@@ -9,6 +9,11 @@ benchmarks/measured, XLA's time on v6e from shared/data, for scale); per suite: 
 measured speedup (tasks without an ok kernel count as 1x), how many are faster beyond the spread, and the share
 of estimates within 0.8-1.25x of the measured speedup. Needs a TPU host (`kernelbot doctor` says).
 
+With --search N, each task whose first kernel is ok is then searched on the chip from it: a beam search of N
+evaluations (the first kernel's own again among them: its figures in the search's own runs) over the kernel's
+TUNABLE space, and the best kernel it found is printed and logged beside the first (`searched`: verdict, measured
+speedup and spread, estimate, the strategies that led to it).
+
 Tasks go in batches (--batch): the reference's outputs for a batch, then its evaluations, so a run cut short by a
 time limit keeps every batch it finished in --log. With --resume, a task is not evaluated again when the log holds
 it for the same kernel (the source's digest): a benchmark split across runs, or sessions, adds up. The log of the
@@ -16,7 +21,7 @@ runs behind docs/tpu-host.md's figures is benchmarks/on_chip_v5e.jsonl.
 
     .venv/bin/python benchmarks/on_chip.py [--suite measured --suite tasks] [--only NAME,NAME] [--workers 4]
                                            [--batch 4] [--json FILE] [--log FILE.jsonl [--resume]]
-                                           [--time-budget SECONDS]
+                                           [--time-budget SECONDS] [--search N]
 """
 
 from __future__ import annotations
@@ -101,6 +106,34 @@ def entry(task_dir: Path, why_none: str, result: EvalResult | Exception | None, 
     return e
 
 
+def searched(task_dir: Path, seed: Path, settings: Settings, chip: ChipSpec, budget: int, workers: int) -> dict:
+    """A beam search of `budget` evaluations from the first kernel (`seed`) on this host's chip, in the run's own
+    home (its reference outputs are reused) and database: the best kernel's figures, as `entry` gives the first's."""
+    from sqlmodel import Session
+
+    from agents.local import run_until_settled
+    from agents.search import NODE_JOB, load_graph, outcome, start_search
+    from agents.search_decide import SearchConfig
+    from storage.connect import open_database
+
+    engine = open_database(settings)
+    t0 = time.perf_counter()
+    with Session(engine) as s, s.begin():
+        session_id = start_search(s, task=load_task(task_dir), target=chip.name, seed_code=seed.read_text(),
+                                  brain=None, config=SearchConfig("beam", budget=budget, width=workers, seed=1))
+    run_until_settled(engine, settings, session_id, kinds=(NODE_JOB,), workers=workers, poll_seconds=0.2)
+    with Session(engine) as s:
+        result = outcome(s, session_id)
+        _, _, evaluations = load_graph(s, session_id)
+    best = evaluations.get(result.best_candidate_id) if result.best_candidate_id is not None else None
+    perf = ((best.result or {}).get("performance") or {}) if best else {}
+    estimate = (perf.get("detail") or {}).get("estimate") or {}
+    return {"verdict": result.verdict, "method": result.method, "speedup": result.speedup, "band": result.band,
+            "reference_ms": result.reference_ms, "candidate_ms": result.kernel_ms,
+            "estimated_speedup": estimate.get("speedup"), "evaluations": result.evaluations, "budget": budget,
+            "path": result.best_strategy_path, "seconds": round(time.perf_counter() - t0, 1)}
+
+
 def _ok(e: dict) -> bool:
     return e.get("verdict") == "ok" and e.get("method") == "measured" and bool(e.get("speedup"))
 
@@ -110,9 +143,14 @@ def summary(entries: list[dict]) -> dict:
     geomean = math.exp(sum(math.log(max(s, 1e-9)) for s in floored) / len(floored)) if floored else 1.0
     estimated = [e for e in entries if _ok(e) and e.get("estimated_speedup")]
     faithful = [e for e in estimated if FAITHFUL[0] <= e["estimated_speedup"] / e["speedup"] <= FAITHFUL[1]]
+    # With searches: each task's best of its first and its searched kernel (a task not searched keeps its first).
+    best = [max(f, e["searched"]["speedup"]) if _ok(e) and _ok(e.get("searched") or {}) else f
+            for f, e in zip(floored, entries, strict=True)]
+    searched_geomean = math.exp(sum(math.log(max(s, 1e-9)) for s in best) / len(best)) if best else 1.0
     return {"tasks": len(entries), "ok": sum(_ok(e) for e in entries),
             "faster": sum(_ok(e) and e["band"] and e["band"][0] > 1.0 for e in entries),
-            "geomean_measured": geomean, "estimates": len(estimated), "faithful_estimates": len(faithful)}
+            "geomean_measured": geomean, "estimates": len(estimated), "faithful_estimates": len(faithful),
+            "searched": sum(_ok(e.get("searched") or {}) for e in entries), "geomean_searched": searched_geomean}
 
 
 def line(e: dict) -> str:
@@ -125,8 +163,17 @@ def line(e: dict) -> str:
     spread = f"±{(high / low) ** 0.5 - 1:.0%}"
     estimated = f"estimated x{e['estimated_speedup']:.2f}" if e.get("estimated_speedup") else "no estimate"
     v6e = f"(XLA on v6e {e['xla_v6e_ms']:.3g} ms)" if e.get("xla_v6e_ms") else ""
+    found = e.get("searched") or {}
+    search = ""
+    if _ok(found):
+        s_low, s_high = found["band"] or (found["speedup"], found["speedup"])
+        search = (f"\n  {'':<44}     searched ({found['evaluations']} of {found['budget']} evaluations): kernel "
+                  f"{found['candidate_ms']:.4g} ms x{found['speedup']:.2f} ±{(s_high / s_low) ** 0.5 - 1:.0%} "
+                  f"measured, by {' > '.join(found['path']) or 'the first kernel itself'}")
+    elif found:
+        search = f"\n  {'':<44}     searched: {found.get('verdict')} (no ok kernel beyond the first)"
     return (f"  {name} ok  XLA {e['reference_ms']:.4g} ms  kernel {e['candidate_ms']:.4g} ms  "
-            f"x{e['speedup']:.2f} {spread:<5} measured, {estimated:<16} {v6e}")
+            f"x{e['speedup']:.2f} {spread:<5} measured, {estimated:<16} {v6e}{search}")
 
 
 def logged(log: Path | None, suite: str) -> dict[str, dict]:
@@ -144,7 +191,7 @@ def suite_tasks(suite: Path, only: list[str]) -> list[Path]:
 
 def run_suite(name: str, suite: Path, only: list[str], chip: ChipSpec, settings: Settings, root: Path,
               workers: int, batch: int, log: Path | None = None, resume: bool = False,
-              deadline: float = math.inf) -> list[dict]:
+              deadline: float = math.inf, search: int = 0) -> list[dict]:
     every = suite_tasks(suite, only)
     out = root / f"kernels-{name}"
     out.mkdir(parents=True)
@@ -162,13 +209,15 @@ def run_suite(name: str, suite: Path, only: list[str], chip: ChipSpec, settings:
     todo = [d for d in every if d.name not in earlier and written[d][0] is not None]
     t0 = time.perf_counter()
 
-    def done(request: EvalRequest, result: EvalResult | Exception) -> None:
-        e = entry(request.task, "", result, digests[request.task], settings.limits.memory_mib)
-        entries[request.task] = e
+    def record(e: dict) -> None:
         print(f"{line(e)}  [{time.perf_counter() - t0:.0f} s]", flush=True)
         if log is not None:  # each entry as it comes: a run cut short by a time limit keeps what it finished
             with log.open("a") as f:
                 f.write(json.dumps({"suite": name, **e}, default=str) + "\n")
+
+    def done(request: EvalRequest, result: EvalResult | Exception) -> None:
+        entries[request.task] = entry(request.task, "", result, digests[request.task], settings.limits.memory_mib)
+        record(entries[request.task])
 
     longest = 0.0  # the longest batch so far: the next one starts only if one as long ends before the deadline
     for first in range(0, len(todo), batch):
@@ -186,7 +235,18 @@ def run_suite(name: str, suite: Path, only: list[str], chip: ChipSpec, settings:
         print(f"{name}: the reference's outputs at production shapes for {len(requests)} tasks computed on the chip "
               f"in {time.perf_counter() - t1:.0f} s{f' ({len(failed)} failed)' if failed else ''}", flush=True)
         evaluate_many(requests, settings, workers=workers, on_done=done, described=True)
+        for d in part if search else []:  # after the batch's first kernels: the chip takes one thing at a time
+            if _ok(entries[d]):
+                entries[d] = {**entries[d], "searched": searched(d, written[d][0], settings, chip, search, workers)}
+                record(entries[d])
         longest = max(longest, time.monotonic() - started)
+    for d in every if search else []:  # first kernels an earlier run logged ok, not searched as far yet
+        e = earlier.get(d.name)
+        if e is not None and _ok(e) and (e.get("searched") or {}).get("budget", 0) < search:
+            if time.monotonic() > deadline:
+                break
+            earlier[d.name] = {**e, "searched": searched(d, written[d][0], settings, chip, search, workers)}
+            record(earlier[d.name])
     print(f"{name}: evaluated {len(todo)} kernels in {time.perf_counter() - t0:.0f} s", flush=True)
     # A task left for a later run (the time budget) is not in this run's figures: the summary says how many.
     return [earlier[d.name] if d.name in earlier else entries[d] for d in every if d.name in earlier or d in entries]
@@ -201,6 +261,8 @@ def main() -> None:
                         "evaluated, before the next batch's")
     parser.add_argument("--time-budget", type=float, default=math.inf, help="seconds: no batch is started that "
                         "would end after them, judged by the longest batch so far (a time-limited run on the host)")
+    parser.add_argument("--search", type=int, default=0, metavar="N", help="search each task whose first kernel is "
+                        "ok on the chip from it, N evaluations (beam over its TUNABLE space), and show the best beside")
     parser.add_argument("--home", type=Path, help="KERNELBOT_HOME to keep (default: a temporary one)")
     parser.add_argument("--json", type=Path, help="also write every entry and summary here")
     parser.add_argument("--log", type=Path, help="append each entry here as a JSON line the moment it is done")
@@ -219,7 +281,7 @@ def main() -> None:
         settings = replace(settings, default_target=chip.name)
         for name in args.suite or ["measured", "tasks"]:
             entries = run_suite(name, SUITES[name], only, chip, settings, Path(tmp), args.workers, args.batch,
-                                args.log, args.resume, deadline)
+                                args.log, args.resume, deadline, args.search)
             s = summary(entries)
             report[name] = {"tasks": entries, "summary": s}
             left = len(suite_tasks(SUITES[name], only)) - s["tasks"]
@@ -227,7 +289,9 @@ def main() -> None:
                   f"{f' ({left} not evaluated yet)' if left > 0 else ''}, {s['ok']} with an ok kernel, "
                   f"{s['faster']} faster than XLA beyond the spread, geomean x{s['geomean_measured']:.2f} measured "
                   f"(no ok kernel counts as x1); estimates within {FAITHFUL[0]}-{FAITHFUL[1]}x of the measured "
-                  f"speedup: {s['faithful_estimates']} of {s['estimates']}\n", flush=True)
+                  f"speedup: {s['faithful_estimates']} of {s['estimates']}"
+                  + (f"; searched {s['searched']}, geomean x{s['geomean_searched']:.2f} with each task's better kernel"
+                     if s["searched"] else "") + "\n", flush=True)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, default=str))
 
