@@ -73,6 +73,29 @@ def test_retention_gets_an_ok_kernel_checked_across_blocks(tmp_path: Path, setti
     assert "checked at the production shapes" in notes and "160 grid steps" in notes, notes
 
 
+# The same retention as public code also writes it: gamma ** distance, clamped at the diagonal, times a 0/1 mask.
+POWER_FORM = RETNET.replace(
+    """    log_gamma = jnp.log(1.0 - 2.0 ** (-5.0 - jnp.arange(heads, dtype=jnp.float32)))
+    n = jnp.arange(seq)
+    distance = n[:, None] - n[None, :]
+    decay = jnp.where(distance >= 0, jnp.exp(log_gamma[:, None, None] * distance.astype(jnp.float32)), 0.0)
+""", """    gamma = 1.0 - 2.0 ** (-5.0 - jnp.arange(heads, dtype=jnp.float32))
+    n = jnp.arange(seq)
+    distance = jnp.maximum(n[:, None] - n[None, :], 0).astype(jnp.float32)
+    decay = gamma[:, None, None] ** distance * jnp.tril(jnp.ones((seq, seq), jnp.float32))
+""")
+
+
+def test_a_decay_written_as_a_power_times_a_mask_is_the_same_retention(tmp_path: Path, settings: Settings) -> None:
+    assert POWER_FORM != RETNET
+    tasks = [_task(tmp_path, "exp_form", RETNET), _task(tmp_path, "power_form", POWER_FORM)]
+    readings = read_tasks(tasks, settings)
+    written, power = (analyse(readings[t.digest], V5E) for t in tasks)
+    assert isinstance(power, Retention) and power.rate_shape == written.rate_shape == (1, 4)
+    np.testing.assert_allclose(power.rates, written.rates, rtol=1e-6)
+    assert (power.eps, power.seq, power.head_dim) == (written.eps, written.seq, written.head_dim)
+
+
 def test_decays_the_kernel_cannot_serve_are_refused(tmp_path: Path, settings: Settings) -> None:
     both_ways = RETNET.replace("jnp.where(distance >= 0, jnp.exp(log_gamma[:, None, None] * distance.astype(",
                                "jnp.where(distance >= -4, jnp.exp(log_gamma[:, None, None] * distance.astype(")

@@ -69,53 +69,83 @@ def _lift(value: np.ndarray, ops: list[Op]) -> np.ndarray:
     return value
 
 
-def _decay_parts(program: Program, decay: Value) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The decay's mask (where it is not zero), the per-head rate and the distance it raises it to, each as a
-    broadcastable array over the decay's own axes."""
+def _peeled(program: Program, value: Any) -> tuple[Any, list[Op]]:
+    """`value` traced back through casts and regroupings, and the ops passed (outermost last)."""
     chain: list[Op] = []
-    value = decay
-    while (producer := program.producer(value)) is not None and producer.prim in _CASTS + _REGROUP:
-        chain.insert(0, producer)
-        value = producer.args[0]  # type: ignore[assignment]
-    if producer is None or producer.prim != "select_n" or len(producer.args) != 3:
-        raise NotRecognised("retention's decay is not a where() of a mask between zero and an exponential; the "
-                            "offline brain writes exp(rate x (query - key)) decays, zero after the query")
-    predicate, if_false, if_true = producer.args
-    zero_false = position_value(program, if_false)
-    zero_true = position_value(program, if_true)
-    if zero_false is not None and zero_false.size == 1 and float(zero_false.reshape(())) == 0.0:
-        kept_when, growth = True, if_true
-    elif zero_true is not None and zero_true.size == 1 and float(zero_true.reshape(())) == 0.0:
-        kept_when, growth = False, if_false
+    while isinstance(value, Value) and (p := program.producer(value)) is not None and p.prim in _CASTS + _REGROUP:
+        chain.insert(0, p)
+        value = p.args[0]
+    return value, chain
+
+
+def _zero(program: Program, arg: Any) -> bool:
+    value = position_value(program, arg)
+    return value is not None and value.size == 1 and float(value.reshape(())) == 0.0
+
+
+def _masked(program: Program, decay: Value) -> tuple[np.ndarray, Any, Op]:
+    """Where the decay is kept (a where() between zero and the growth, or the growth times a 0/1 mask), the
+    growth, and the op that masks it."""
+    inner, _ = _peeled(program, decay)
+    op = program.producer(inner) if isinstance(inner, Value) else None
+    if op is not None and op.prim == "select_n" and len(op.args) == 3:
+        predicate, if_false, if_true = op.args
+        if _zero(program, if_false) or _zero(program, if_true):
+            mask = position_value(program, predicate)
+            if mask is None:
+                raise NotRecognised("retention's decay mask is not made from positions alone (or is too large to "
+                                    "check)")
+            kept_when = _zero(program, if_false)
+            return (mask.astype(bool) if kept_when else ~mask.astype(bool)), (if_true if kept_when else if_false), op
+    if op is not None and op.prim == "mul" and len(op.args) == 2:
+        values = [position_value(program, a) for a in op.args]
+        for mask, growth in ((values[0], op.args[1]), (values[1], op.args[0])):
+            if mask is not None and bool(np.all((mask == 0) | (mask == 1))):
+                return mask.astype(bool), growth, op
+    raise NotRecognised("retention's decay is not masked to zero after each query (a where() or a 0/1 mask from "
+                        "positions); the offline brain writes exp(rate x (query - key)) decays, zero after the query")
+
+
+def _exponent(program: Program, growth: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The decay's rate and the distance it is raised by, as written: exp(rate x distance) or gamma ** distance
+    (rate = log gamma), each broadcastable over the growth's axes."""
+    inner, chain = _peeled(program, growth)
+    op = program.producer(inner) if isinstance(inner, Value) else None
+    if op is not None and op.prim == "exp":
+        product, _ = _peeled(program, op.args[0])
+        mul = program.producer(product) if isinstance(product, Value) else None
+        if mul is None or mul.prim != "mul" or len(mul.args) != 2:
+            raise NotRecognised("retention's decay exponent is not a rate times a distance")
+        parts = [position_value(program, a) for a in mul.args]
+    elif op is not None and op.prim == "pow" and len(op.args) == 2:
+        parts = [position_value(program, a) for a in op.args]
+        if parts[0] is not None:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                parts[0] = np.log(parts[0].astype(np.float32))
     else:
-        raise NotRecognised("retention's decay is not zero where its mask drops the key")
-    mask = position_value(program, predicate)
-    if mask is None:
-        raise NotRecognised("retention's decay mask is not made from positions alone (or is too large to check)")
-    kept = mask.astype(bool) if kept_when else ~mask.astype(bool)
-    inner: list[Op] = []
-    while isinstance(growth, Value) and (p := program.producer(growth)) is not None and p.prim in _CASTS + _REGROUP:
-        inner.insert(0, p)
-        growth = p.args[0]
-    exp = program.producer(growth) if isinstance(growth, Value) else None
-    if exp is None or exp.prim != "exp":
-        raise NotRecognised("retention's decay is not an exponential of the distance (exp(rate x (query - key)))")
-    product = exp.args[0]
-    mul = program.producer(product) if isinstance(product, Value) else None
-    if mul is None or mul.prim != "mul" or len(mul.args) != 2:
-        raise NotRecognised("retention's decay exponent is not a rate times a distance")
-    parts = [position_value(program, a) for a in mul.args]
+        raise NotRecognised("retention's decay is not an exponential of the distance (exp(rate x (query - key)) or "
+                            "gamma ** (query - key))")
     if any(p is None for p in parts):
         raise NotRecognised("retention's decay exponent is not made from positions and constants alone")
-    a, b = (p for p in parts if p is not None)
-    rank = len(exp.out.shape)
-    a, b = (x.reshape((1,) * (rank - x.ndim) + x.shape) for x in (a, b))
+    rank = len(op.out.shape)
+    a, b = (x.reshape((1,) * (rank - x.ndim) + x.shape) for x in parts if x is not None)
     rate, distance = (a, b) if a.shape[-2:] == (1, 1) else (b, a)
     if rate.shape[-2:] != (1, 1):
         raise NotRecognised("retention's decay rate varies along the query or key axis (a rate per head only)")
-    rate, distance = _lift(rate, inner), _lift(distance, inner)
-    return _lift(kept.reshape((1,) * (len(producer.out.shape) - kept.ndim) + kept.shape), chain), \
-        _lift(rate, chain), _lift(distance, chain)
+    if not np.all(np.isfinite(rate)):
+        raise NotRecognised("retention's decay base is not positive (no real rate)")
+    return _lift(rate, chain), _lift(distance, chain)
+
+
+def _decay_parts(program: Program, decay: Value) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The decay's mask (where it is not zero), the per-head rate and the distance it raises it to, each as a
+    broadcastable array over the decay's own axes."""
+    _, chain = _peeled(program, decay)
+    kept, growth, mask_op = _masked(program, decay)
+    rate, distance = _exponent(program, growth)
+    rank = len(mask_op.out.shape)
+    kept, rate, distance = (x.reshape((1,) * (rank - x.ndim) + x.shape) for x in (kept, rate, distance))
+    return _lift(kept, chain), _lift(rate, chain), _lift(distance, chain)
 
 
 def _rates(program: Program, decay: Value, batch_dims: tuple[int, ...], seq: int
