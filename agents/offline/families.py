@@ -7,6 +7,7 @@
   fused into the kernel and computed on the f32 accumulator in VMEM.
 - attention: two matmuls, scaled dot-product attention (agents.offline.attention).
 - retention: two matmuls without a softmax, a causal decay and an L1 row norm (agents.offline.retention).
+- cross-entropy: a row's log-sum-exp minus its label's logit, from logits or a matmul (agents.offline.crossentropy).
 - convolution and scan (the agents.offline.conv and agents.offline.scan packages), in their own modules
   (RECOGNISERS).
 Everything else gets a NotRecognised that names what it met.
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agents.offline import conv, retention, scan
+from agents.offline import conv, crossentropy, retention, scan
 from agents.offline.attention import Attention, recognise_attention
 from agents.offline.expr import (
     FLOAT_DTYPES,
@@ -39,8 +40,9 @@ from agents.offline.tail import TAIL_PRIMS, splits, tail_inputs
 FAMILIES = ("elementwise/broadcast chains, row reductions and normalisations over the last axis, a matmul or "
             "batched matmul (its weight transposed or not) followed by such a chain (group sums, window pools and a "
             "tail of whole-array work, later matmuls included, left to XLA), scaled dot-product attention (causal "
-            "or not, grouped-query heads, a bias, any head layout), retention (two matmuls without a softmax: a causal "
-            "decay from positions, rows divided by their absolute sums), 2-D and 3-D convolutions (padded, strided, "
+            "or not, grouped-query heads, a bias, any head layout), retention (two matmuls without a softmax: a "
+            "causal decay from positions, rows divided by their absolute sums), cross-entropy losses (from logits "
+            "or a language model's head, per row or averaged), 2-D and 3-D convolutions (padded, strided, "
             "input-dilated as a transposed one is) followed by such a chain, a global pool or a per-plane "
             "normalisation, and scans (prefix sums, linear recurrences)")
 
@@ -109,7 +111,8 @@ Spec = Rowwise | Matmul | Attention | FamilySpec
 # The families written in their own modules (agents.offline.kernel_family), tried in order before the built-in
 # ones: each returns None for a program not of its kind and raises NotRecognised for one it cannot take.
 Recogniser = Callable[[Program, Value], FamilySpec | None]
-RECOGNISERS: tuple[Recogniser, ...] = (conv.recognise, scan.recognise_scan, retention.recognise_retention)
+RECOGNISERS: tuple[Recogniser, ...] = (conv.recognise, scan.recognise_scan, retention.recognise_retention,
+                                        crossentropy.recognise_cross_entropy)
 
 
 def _single_output(program: Program) -> Value:

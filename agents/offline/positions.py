@@ -23,7 +23,8 @@ _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maxi
            "ne": np.not_equal, "and": np.logical_and, "or": np.logical_or, "div": np.true_divide,
            "rem": np.remainder, "pow": np.power}
 _UNARY = {"not": np.logical_not, "neg": np.negative, "abs": np.abs, "sqrt": np.sqrt,
-          "rsqrt": lambda a: 1.0 / np.sqrt(a), "exp": np.exp, "log": np.log}
+          "rsqrt": lambda a: 1.0 / np.sqrt(a), "exp": np.exp, "log": np.log, "is_finite": np.isfinite,
+          "sign": np.sign}
 
 
 def _dtype(name: Any) -> Any:
@@ -31,13 +32,17 @@ def _dtype(name: Any) -> Any:
     return np.float32 if text in ("bfloat16", "float16") else np.dtype(text)
 
 
-def position_value(program: Program, arg: Any, *, depth: int = 0) -> np.ndarray | None:
-    """The value of an expression computed from positions and constants alone (iota, literals), or
-    None when it reads an input, uses an op not listed here, or grows past LIMIT elements."""
+def position_value(program: Program, arg: Any, *, depth: int = 0,
+                   given: dict[int, np.ndarray] | None = None) -> np.ndarray | None:
+    """The value of an expression computed from positions and constants alone (iota, literals), and from the
+    values `given` by id (a family's check of what follows its reductions), or None when it reads anything else,
+    uses an op not listed here, or grows past LIMIT elements."""
     if isinstance(arg, bool | int | float):
         return np.asarray(arg)
     if not isinstance(arg, Value) or depth > 64:
         return None
+    if given is not None and arg.id in given:
+        return given[arg.id]
     op = program.producer(arg)
     if op is None:
         return None
@@ -46,7 +51,7 @@ def position_value(program: Program, arg: Any, *, depth: int = 0) -> np.ndarray 
         unit = [1] * len(shape)
         unit[axis] = shape[axis]
         return np.arange(shape[axis], dtype=_dtype(op.params["dtype"])).reshape(unit)
-    args = [position_value(program, a, depth=depth + 1) for a in op.args]
+    args = [position_value(program, a, depth=depth + 1, given=given) for a in op.args]
     if any(a is None for a in args):
         return None
     out: np.ndarray
@@ -73,6 +78,12 @@ def position_value(program: Program, arg: Any, *, depth: int = 0) -> np.ndarray 
     elif op.prim in _UNARY and len(args) == 1:
         with np.errstate(all="ignore"):
             out = _UNARY[op.prim](args[0])
+    elif op.prim in ("reduce_sum", "reduce_max") and len(args) == 1:
+        x = np.broadcast_to(args[0], op.args[0].shape)  # type: ignore[union-attr]
+        reduce = np.sum if op.prim == "reduce_sum" else np.max
+        out = reduce(x, axis=tuple(op.params["axes"]))
+    elif op.prim == "stop_gradient" and len(args) == 1:
+        out = np.asarray(args[0])
     elif op.prim == "integer_pow" and len(args) == 1:
         y = int(op.params["y"])
         out = np.float_power(args[0], y) if y < 0 else np.power(args[0], y)

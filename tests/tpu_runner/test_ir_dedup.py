@@ -1,12 +1,16 @@
-"""Identical programs are recognised by their normalised lowered IR and evaluated once."""
+"""Identical programs are recognised by their normalised lowered IR and evaluated once; a program's form at the
+checked shapes is compared with the timed one's."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
+
 from storage.settings import Settings
 from tests.conftest import TASKS
-from tpu_runner.analysis import ir_digest, normalise
+from tpu_runner.analysis import ProgramForm, differences, ir_digest, normalise, program_form
 from tpu_runner.evaluation import EvalRequest
 from tpu_runner.evaluation.evaluate import evaluate
 
@@ -50,3 +54,14 @@ def test_renamed_copy_stops_at_the_gate_and_a_real_change_does_not(tmp_path: Pat
     changed = run("changed", SOLUTION.replace("TARGET_BLOCK_BYTES = 4 * 1024 * 1024",
                                               "TARGET_BLOCK_BYTES = 2 * 1024 * 1024"))
     assert changed.verdict == "ok" and changed.ir_hash != first.ir_hash
+
+
+def test_a_nan_constant_is_the_same_constant_at_the_checked_and_the_timed_shapes() -> None:
+    """A gather's NaN fill value (jnp.take_along_axis) is in the program at every shape; NaN != NaN must not make
+    the checked program another than the timed one. A constant that really differs still does."""
+    def form(fill: float, n: int) -> ProgramForm:
+        return program_form(jax.make_jaxpr(lambda x: jnp.where(x > 0, x, fill))(jnp.zeros((8, n), jnp.float32)))
+
+    assert differences(form(float("nan"), 128), form(float("nan"), 4096)) == []
+    assert differences(form(0.5, 128), form(0.25, 4096)) == [
+        "a constant differs: 0.5 at the checked shapes, 0.25 at the timed shapes"]
