@@ -192,16 +192,17 @@ def as_on_tpu(fn: Callable[..., Any], static: Sequence[Any]) -> Callable[..., An
 def widened_program(fn: Callable[..., Any], static: Sequence[Any], dynamic: Sequence[np.ndarray],
                     dtype: Any = np.float64) -> tuple[Callable[[], Any], int]:
     """`fn(*dynamic, *static)` with every floating value and type widened to `dtype` (see the module docstring),
-    compiled for this process's default device but not run: the call that runs it, and the bytes XLA says it
+    compiled for this host's CPU but not run: the call that runs it, and the bytes XLA says it
     needs (arguments, outputs and temporaries; 0 where the backend does not say). The program is traced at the
     inputs' own dtypes, then evaluated wide."""
     closed = jax.make_jaxpr(lambda *d: fn(*d, *static))(*dynamic)
     out_tree = jax.tree.structure(jax.eval_shape(lambda *d: fn(*d, *static), *dynamic))
     rule = _Widened(dtype)
     x64 = rule.dtype == np.float64
+    cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])  # a TPU has no float64: always the host's CPU
     with jax.enable_x64(x64):
-        avals = [jax.ShapeDtypeStruct(np.shape(x), rule.value(np.zeros((), np.asarray(x).dtype)).dtype)
-                 for x in dynamic]
+        avals = [jax.ShapeDtypeStruct(np.shape(x), rule.value(np.zeros((), np.asarray(x).dtype)).dtype,
+                                      sharding=cpu) for x in dynamic]
         compiled = jax.jit(lambda *d: evaluate(closed, d, rule)).lower(*avals).compile()
     stats = compiled.memory_analysis()
     need = sum(getattr(stats, k, 0) for k in ("argument_size_in_bytes", "output_size_in_bytes",
@@ -209,7 +210,8 @@ def widened_program(fn: Callable[..., Any], static: Sequence[Any], dynamic: Sequ
 
     def run() -> Any:
         with jax.enable_x64(x64):
-            return jax.tree.unflatten(out_tree, compiled(*[rule.value(jnp.asarray(x)) for x in dynamic]))
+            wide = [jax.device_put(rule.value(np.asarray(x)), cpu) for x in dynamic]
+            return jax.tree.unflatten(out_tree, compiled(*wide))
 
     return run, int(need)
 
