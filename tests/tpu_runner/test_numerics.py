@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from tpu_runner.checking import OutputSet, as_on_tpu, case_truth, widened, widened_program
+from tpu_runner.checking import OutputSet, as_on_tpu, case_truth, judged, widened, widened_program
 from tpu_runner.checking.correctness import rss_bytes
 from tpu_runner.reports import MEMORY_LIMIT_ENV
 from tpu_runner.tasks import EVALUATOR_CASES, ArgSpec, Configuration
@@ -58,7 +58,8 @@ def _scores(x: jax.Array) -> jax.Array:
 def test_the_truth_narrows_to_float32_where_float64_would_pass_the_memory_limit(monkeypatch) -> None:
     """The truth is sized before it runs: XLA's own count of what the widened program needs, against what is left
     under the child's memory limit. Where float64 would not fit, float32 (still far finer than the kernels' bf16)
-    with a note that says so; where neither would, no truth at all rather than a child killed for memory."""
+    with a note that says so; where neither would, no truth (a note why, which the mismatch then carries) rather
+    than a child killed for memory."""
     x = np.asarray(jax.random.normal(jax.random.PRNGKey(3), (2048, 64), jnp.float32))
     _, wide_need = widened_program(_scores, (), [x], np.float64)
     _, narrow_need = widened_program(_scores, (), [x], np.float32)
@@ -78,4 +79,11 @@ def test_the_truth_narrows_to_float32_where_float64_would_pass_the_memory_limit(
     narrow = truth_with((wide_need + narrow_need) // 2)
     assert narrow is not None and narrow.note.startswith("its float32 truth: float64 would need")
     np.testing.assert_allclose(narrow.leaves[0], exact, rtol=1e-5, atol=1e-5)  # f32 rounding of sums of 64 terms
-    assert truth_with(narrow_need // 2) is None
+    neither = truth_with(narrow_need // 2)
+    assert neither is not None and neither.leaves == () and "float32 would not fit either" in neither.note
+    # A difference judged without it says why (not a bare mismatch).
+    off = OutputSet("tree", (exact.astype(np.float32) + 1.0,))
+    comparison, _ = judged(off, OutputSet("tree", (exact.astype(np.float32),)), 1e-3, 1e-3, lambda: neither,
+                           lambda: None)
+    assert not comparison.ok and comparison.error is not None
+    assert comparison.error.detail.endswith(f"({neither.note})")

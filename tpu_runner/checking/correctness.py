@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
@@ -154,8 +154,8 @@ def memory_allowance() -> int | None:
 
 def _truth(reference: Callable[..., Any], host: list[np.ndarray], config: Configuration) -> OutputSet | None:
     """The reference evaluated in float64 on the same inputs - in float32 where float64 would not fit under this
-    process's memory limit (still ~2^-24 against bf16's 2^-8), with a note saying so - or None where it cannot
-    run that way or would not fit at all."""
+    process's memory limit (still ~2^-24 against bf16's 2^-8), with a note saying so; None where it cannot run
+    that way, and no leaves with a note saying why where neither would fit (`_made` tells them apart)."""
     dynamic = [np.asarray(x) for x in host]
     allowance, note = memory_allowance(), ""
     for dtype in (np.float64, np.float32):
@@ -170,7 +170,13 @@ def _truth(reference: Callable[..., Any], host: list[np.ndarray], config: Config
             return None
         leaves = tuple(np.asarray(x, np.float64) if np.asarray(x).dtype.kind == "f" else x for x in out.leaves)
         return OutputSet(out.tree, leaves, f"its float32 truth: {note}" if note else "")
-    return None
+    # Neither fits: no leaves, and the note says why, for the judgement that asked.
+    return OutputSet("", (), f"no float64 truth to judge it by: {note}; float32 would not fit either")
+
+
+def _made(truth: OutputSet | None) -> OutputSet | None:
+    """A truth that was made (None for one that could not be, or did not fit)."""
+    return truth if truth is not None and truth.leaves else None
 
 
 def run_reference_case(*, config: Configuration, reference: Callable[..., Any], case: Case,
@@ -190,7 +196,7 @@ def run_reference_case(*, config: Configuration, reference: Callable[..., Any], 
         expected = as_output_set(jax.block_until_ready(fn(*_fresh(host, config.static))))
     wide = None
     if truth:
-        wide = _truth(reference, host, config)
+        wide = _made(_truth(reference, host, config))
     return ReferenceRun(case, expected, wide, lambda: perturbed_truth(config=config, reference=reference, case=case))
 
 
@@ -221,10 +227,14 @@ def judged(candidate: Any, expected: Any, atol: float, rtol: float, truth: Calla
     inputs' rounding (`within_sensitivity`). `truth` and `perturbed` are asked for only when needed: each is
     another float64 run of the reference. Returns the comparison and a note on how it passed."""
     comparison = compare_outputs(candidate, expected, atol, rtol)
-    if not _mismatch(comparison) or (wide := truth()) is None:
+    if not _mismatch(comparison) or (asked := truth()) is None:
         return comparison, ""
+    if (wide := _made(asked)) is None:  # too large to make here: judged elementwise, and the detail says why
+        assert comparison.error is not None
+        return replace(comparison, error=replace(comparison.error,
+                                                 detail=f"{comparison.error.detail} ({asked.note})")), ""
     comparison = compare_outputs(candidate, expected, atol, rtol, wide)
-    if not _mismatch(comparison) or (moved := perturbed()) is None:
+    if not _mismatch(comparison) or (moved := _made(perturbed())) is None:
         narrower = comparison.ok and wide.note  # passed by a float32 truth: the note says why not float64
         return comparison, f"within the reference's own error ({wide.note})" if narrower else ""
     sensitive, note = within_sensitivity(as_output_set(candidate), wide, moved)
