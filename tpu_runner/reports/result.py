@@ -87,7 +87,9 @@ class EvalResult:
     performance: Performance | None = None
     profile: dict[str, Any] | None = None
     artifacts: dict[str, str] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)  # seconds spent per stage, plus "overhead"
+    # seconds spent per stage, plus "overhead"; and resident memory in MiB: the child's peak ("peak_rss_mib") and its
+    # high-water mark at the end of each stage ("rss_mib.<stage>")
+    timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     jax_version: str | None = None  # the evaluating host's JAX (what tuned parameters are kept per)
     ir_hash: str | None = None  # digest of the normalised lowered IR (tpu_runner.analysis.ir), once lowering succeeded
