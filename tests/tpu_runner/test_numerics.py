@@ -3,14 +3,16 @@ custom_jvp call): each equation rewritten, the rest bound as jax itself binds it
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 from tpu_runner.checking import OutputSet, as_on_tpu, case_truth, judged, widened, widened_program
-from tpu_runner.checking.correctness import rss_bytes
 from tpu_runner.reports import MEMORY_LIMIT_ENV
+from tpu_runner.sandbox import rss_mib
 from tpu_runner.tasks import EVALUATOR_CASES, ArgSpec, Configuration
 
 
@@ -68,7 +70,7 @@ def test_the_truth_narrows_to_float32_where_float64_would_pass_the_memory_limit(
     case = EVALUATOR_CASES[1]  # drawn inputs (`host` gives them)
 
     def truth_with(room: int) -> OutputSet | None:
-        limit_mib = (room + rss_bytes()) / 0.9 / 2**20  # `room` bytes left under the limit
+        limit_mib = (room / 2**20 + rss_mib(os.getpid())) / 0.9  # `room` bytes left under the limit
         monkeypatch.setenv(MEMORY_LIMIT_ENV, str(int(limit_mib)))
         return case_truth(config=config, reference=_scores, case=case, host=[x])
 

@@ -35,6 +35,7 @@ from tpu_runner.checking.compare import (
 )
 from tpu_runner.checking.numerics import widened_program
 from tpu_runner.reports import MEMORY_LIMIT_ENV, CorrectnessCase, EvalError, from_exception, interpreter_limitation
+from tpu_runner.sandbox import rss_mib
 from tpu_runner.tasks import EVALUATOR_CASES, Case, Configuration, TaskError, case_inputs
 
 INTERPRETER_LIMIT = "interpret_unsupported"  # the simulator, not the kernel, failed: correctness not checkable here
@@ -138,18 +139,11 @@ def _perturbed(host: list[np.ndarray], seed: int) -> list[np.ndarray]:
     return out
 
 
-def rss_bytes() -> int:
-    """This process's resident memory now."""
-    with contextlib.suppress(OSError), open("/proc/self/status") as f:
-        return next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:")), 0)
-    return 0
-
-
 def memory_allowance() -> int | None:
     """Bytes this process may still take under its sandbox's memory limit, less a tenth of it kept for what the
     caller holds beside; None where no limit is known (not in a sandboxed child)."""
     limit = os.environ.get(MEMORY_LIMIT_ENV)
-    return int(int(limit) * 2**20 * 0.9) - rss_bytes() if limit else None
+    return int((int(limit) * 0.9 - rss_mib(os.getpid())) * 2**20) if limit else None
 
 
 def _truth(reference: Callable[..., Any], host: list[np.ndarray], config: Configuration) -> OutputSet | None:

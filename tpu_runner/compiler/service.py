@@ -24,8 +24,7 @@ from storage.settings import EvalLimits
 from tpu_runner.analysis import HloOp, parsed_hlo
 from tpu_runner.hardware import FAST_FORWARD_FLAG, knows_flag
 from tpu_runner.reports import ChildStart, CompileReply, CompileRequest, EvalError, classify_text
-from tpu_runner.sandbox import SandboxProcess, child_environment, spawn
-from tpu_runner.sandbox.process import _rss_mib
+from tpu_runner.sandbox import SandboxProcess, child_environment, rss_mib, spawn
 
 # libtpu's fatal log lines: a failed internal check, or the static profiler refusing the program.
 LIBTPU_ABORT_SIGNS = ("Check failed", "LLO_CHECK", "Static LLO profiling of")
@@ -124,7 +123,7 @@ class CompileService:
         return self._spawn(target, profiled)
 
     def _release(self, target: str, server: _Server) -> None:
-        bloated = server.child.alive and _rss_mib(server.child.proc.pid) > RETIRE_RSS_MIB
+        bloated = server.child.alive and rss_mib(server.child.proc.pid) > RETIRE_RSS_MIB
         with self._lock:
             if self._closed or not server.child.alive or server.served >= REQUESTS_PER_SERVER or bloated:
                 self._discard(server)
@@ -175,7 +174,7 @@ class CompileService:
         while not result.is_file():
             if proc.poll() is not None:
                 break
-            rss = _rss_mib(proc.pid)
+            rss = rss_mib(proc.pid)
             peak = max(peak, rss)
             if rss > memory_mib:
                 stopped = "memory"

@@ -7,6 +7,6 @@ from tpu_runner import lazy_exports
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "child_environment": "process", "ChildOutcome": "process", "exit_words": "process", "Gate": "process",
     "import_path": "process", "kill_running_children": "process", "run_child": "process", "run_one_shot": "process",
-    "SandboxProcess": "process", "spawn": "process", "untrusted_reads": "process",
+    "rss_mib": "process", "SandboxProcess": "process", "spawn": "process", "untrusted_reads": "process",
     "isolate_network": "entry",
 })

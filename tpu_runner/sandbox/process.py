@@ -148,7 +148,8 @@ def untrusted_reads(*paths: Path, private: tuple[Path, ...] = ()) -> Reads:
     return Reads(readable=readable, listable=[str(root)])
 
 
-def _rss_mib(pid: int) -> float:
+def rss_mib(pid: int) -> float:
+    """A process's resident memory now, in MiB (0 where it is gone or unreadable)."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
@@ -239,7 +240,7 @@ class SandboxProcess:
                 if last_stage == QUEUED_STAGE:
                     queued += now - last_poll
                 last_poll = now
-                rss = _rss_mib(proc.pid)
+                rss = rss_mib(proc.pid)
                 peak = max(peak, rss)
                 if rss > limits.memory_mib:
                     memory_exceeded = True
