@@ -93,6 +93,12 @@ def position_value(program: Program, arg: Any, *, depth: int = 0,
     return out if out.size <= LIMIT else None
 
 
+def is_zero(program: Program, arg: Any) -> bool:
+    """Whether `arg` is the constant 0 (a literal, or a scalar made from literals and broadcast)."""
+    value = position_value(program, arg)
+    return value is not None and value.size == 1 and float(value.reshape(())) == 0.0
+
+
 def kept_by_additive(value: np.ndarray) -> np.ndarray | None:
     """Where an additive mask keeps the score (adds 0); None when it adds anything but 0 and a hugely negative
     number (a position-dependent bias, not a mask)."""

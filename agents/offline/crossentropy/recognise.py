@@ -16,7 +16,7 @@ import numpy as np
 
 from agents.offline.crossentropy.family import CrossEntropy
 from agents.offline.expr import FLOAT_DTYPES, NotRecognised
-from agents.offline.positions import position_value
+from agents.offline.positions import is_zero, position_value
 from agents.offline.program import Op, Program, Value
 
 _CASTS = ("convert_element_type", "copy", "copy_p", "stop_gradient", "reduce_precision")
@@ -41,7 +41,7 @@ def _root(program: Program, arg: Any) -> Any:
         if op.prim in _PASS:
             arg = op.args[0]
             continue
-        if op.prim == "select_n" and len(op.args) == 3 and _zero(program, op.args[1]):
+        if op.prim == "select_n" and len(op.args) == 3 and is_zero(program, op.args[1]):
             check = program.producer(op.args[0]) if isinstance(op.args[0], Value) else None
             if check is not None and check.prim == "is_finite" and _is(_root(program, check.args[0]),
                                                                         _root(program, op.args[2])):
@@ -56,11 +56,6 @@ def _root(program: Program, arg: Any) -> Any:
                 continue
         break
     return arg
-
-
-def _zero(program: Program, arg: Any) -> bool:
-    value = position_value(program, arg)
-    return value is not None and value.size == 1 and float(value.reshape(())) == 0.0
 
 
 def _single_user(program: Program, value: Value, prim: str, what: str) -> Op:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from agents.offline.expr import NotRecognised
-from agents.offline.positions import causal_mismatch, position_value
+from agents.offline.positions import causal_mismatch, is_zero, position_value
 from agents.offline.program import Op, Program, Value
 from agents.offline.retention.family import Retention
 from agents.offline.retention.shape import MAX_EXPONENT
@@ -78,11 +78,6 @@ def _peeled(program: Program, value: Any) -> tuple[Any, list[Op]]:
     return value, chain
 
 
-def _zero(program: Program, arg: Any) -> bool:
-    value = position_value(program, arg)
-    return value is not None and value.size == 1 and float(value.reshape(())) == 0.0
-
-
 def _masked(program: Program, decay: Value) -> tuple[np.ndarray, Any, Op]:
     """Where the decay is kept (a where() between zero and the growth, or the growth times a 0/1 mask), the
     growth, and the op that masks it."""
@@ -90,12 +85,12 @@ def _masked(program: Program, decay: Value) -> tuple[np.ndarray, Any, Op]:
     op = program.producer(inner) if isinstance(inner, Value) else None
     if op is not None and op.prim == "select_n" and len(op.args) == 3:
         predicate, if_false, if_true = op.args
-        if _zero(program, if_false) or _zero(program, if_true):
+        if is_zero(program, if_false) or is_zero(program, if_true):
             mask = position_value(program, predicate)
             if mask is None:
                 raise NotRecognised("retention's decay mask is not made from positions alone (or is too large to "
                                     "check)")
-            kept_when = _zero(program, if_false)
+            kept_when = is_zero(program, if_false)
             return (mask.astype(bool) if kept_when else ~mask.astype(bool)), (if_true if kept_when else if_false), op
     if op is not None and op.prim == "mul" and len(op.args) == 2:
         values = [position_value(program, a) for a in op.args]
