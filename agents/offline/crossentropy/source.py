@@ -92,9 +92,8 @@ def computation({args}):
     if rows % block_rows:
         raise ValueError(f"{{rows}} rows are not a multiple of 8")
 {inputs}{_WRAP if spec.by == "gather" else ""}
+    # A ragged vocabulary longer than a block: whole lane tiles, the last block masked in the kernel.
     block_vocab = _divisor(vocab, BLOCK_VOCAB, 128) if vocab % 128 == 0 else min(BLOCK_VOCAB, vocab)
-    if vocab % block_vocab and block_vocab % 128:
-        block_vocab = BLOCK_VOCAB  # a ragged vocabulary: whole lane tiles, the last block masked
     n_vocab = -(-vocab // block_vocab)
 {specs}
 
