@@ -12,7 +12,7 @@ import pytest
 from storage.settings import load_settings
 from tests.support.reference_tasks import reference_task
 from tpu_runner.checking import CandidateFailed, CandidateRun, Judge, OutputSet, ReferenceRun, load_outputs
-from tpu_runner.reference import ReferenceStopped, ReferenceStore
+from tpu_runner.reference import ReferenceStopped, ReferenceStore, reference_store
 from tpu_runner.tasks import EVALUATOR_CASES, config_from_json
 
 SCALE = """
@@ -51,7 +51,7 @@ def computation(x):
 
 def test_a_reference_child_that_dies_keeps_the_tasks_it_finished_and_names_the_one_it_died_on(tmp_path: Path) -> None:
     settings = load_settings({"KERNELBOT_HOME": str(tmp_path / "home")})
-    store = ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.sandbox_dir, limits=settings.limits)
+    store = reference_store(settings)
     good = reference_task(tmp_path, "scale_rows", SCALE, description="2x+1")
     dying = reference_task(tmp_path, "dies_at_outputs", DIES, description="tanh, whose get_inputs exits")
     assert store.prefetch([good, dying]) == {}  # both describe fine: their values are only traced there
@@ -72,7 +72,7 @@ def test_a_reference_child_that_dies_keeps_the_tasks_it_finished_and_names_the_o
 
 def test_a_task_after_the_one_a_reference_child_died_on_gets_its_outputs_from_a_new_child(tmp_path: Path) -> None:
     settings = load_settings({"KERNELBOT_HOME": str(tmp_path / "home")})
-    store = ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.sandbox_dir, limits=settings.limits)
+    store = reference_store(settings)
     dying = reference_task(tmp_path, "dies_at_outputs", DIES, description="tanh, whose get_inputs exits")
     good = reference_task(tmp_path, "scale_rows", SCALE, description="2x+1")
     assert store.prefetch([dying, good]) == {}
@@ -155,7 +155,7 @@ def test_a_reference_beyond_the_devices_memory_is_a_stop_of_its_own_kind_remembe
     from tpu_runner.evaluation.evaluate import reference_beyond_host
 
     settings = load_settings({"KERNELBOT_HOME": str(tmp_path / "home")})
-    store = ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.sandbox_dir, limits=settings.limits)
+    store = reference_store(settings)
     big = reference_task(tmp_path, "beyond_hbm", BEYOND_HBM, description="x+1 whose outputs exceed the HBM")
     good = reference_task(tmp_path, "scale_rows", SCALE, description="2x+1")
     assert store.prefetch([big, good]) == {}
