@@ -11,7 +11,9 @@ import pytest
 
 from storage.settings import EvalLimits
 from tpu_runner.candidate import SparePool
-from tpu_runner.sandbox import child_environment, run_child, spawn, untrusted_reads
+from tpu_runner.sandbox import child_environment, rss_mib, run_child, spawn, untrusted_reads
+from tpu_runner.reports import MEMORY_LIMIT_ENV
+from tpu_runner.sandbox.process import device_resident_kib
 
 PROBE = """
 import json, os, socket
@@ -205,3 +207,46 @@ def test_a_child_running_untrusted_code_reads_only_what_importing_it_needs(tmp_p
     for name in ("database", "cache", "other", "settings", "home_listing"):
         assert f"'{name}': 'PermissionError'" in out, out
     assert "writes and reads confined (Landlock ABI" in out
+
+
+SMAPS = """\
+7f0000000000-7f0200000000 rw-s 00000000 00:0e 1234                       anon_inode:[vfio-device]
+Size:            8388608 kB
+Rss:             8388608 kB
+Pss:             8388608 kB
+VmFlags: rd wr sh mr mw me ms dc pf io de dd sd
+7f0200000000-7f0300000000 rw-p 00000000 00:00 0
+Size:            4194304 kB
+Rss:             4000000 kB
+7f0300000000-7f0300100000 r-xp 00000000 08:01 99                         /opt/libtpu/libtpu.so
+Size:               1024 kB
+Rss:                 512 kB
+7f0400000000-7f0400100000 rw-s 00000000 00:06 7                          /dev/accel0
+Rss:                 256 kB
+"""
+
+
+def test_a_chips_memory_mapped_into_a_process_is_not_host_memory() -> None:
+    # What a TPU runtime maps of the chip (through vfio or an accel device file) is counted in VmRSS; the
+    # memory limit is the host's, so only those mappings' resident pages come off.
+    assert device_resident_kib(SMAPS.splitlines(keepends=True)) == 8388608 + 256
+    assert device_resident_kib([]) == 0
+
+
+def test_resident_memory_of_a_process_without_a_chip_is_its_vmrss() -> None:
+    with open(f"/proc/{os.getpid()}/status") as f:
+        vmrss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+    assert abs(rss_mib(os.getpid()) - vmrss) < 64
+    assert rss_mib(2**22 + 12345) == 0.0  # no such process
+
+
+def test_a_spare_learns_the_memory_limit_of_the_run_it_is_given(tmp_path: Path) -> None:
+    # A spare is started before anyone knows whether its run holds the chip (a higher limit): the child must size
+    # its own work (the float64 truth) by the limit enforced on the run, not by the one it was started with.
+    workdir = tmp_path / "work"
+    script = _script(tmp_path, f"import os\nopen('limit.txt', 'w').write(os.environ['{MEMORY_LIMIT_ENV}'])\n")
+    env = child_environment(workdir=workdir, llo_dump_dir=None, on_tpu=False, target_accelerator="v6e-1")
+    child = spawn(target=str(script), scratch=workdir, env=env, limits=EvalLimits(wall_seconds=30, memory_mib=2000))
+    outcome = child.run([], stage_file=workdir / "stage", limits=EvalLimits(wall_seconds=30, memory_mib=3000))
+    assert outcome.returncode == 0, outcome.stderr_tail
+    assert (workdir / "limit.txt").read_text() == "3000"

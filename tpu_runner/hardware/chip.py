@@ -27,8 +27,9 @@ LOCK_PATH = Path("/tmp/kernelbot-tpu.lock")  # beside libtpu's own lockfile: one
 LIBTPU_LOCKFILE = Path("/tmp/libtpu_lockfile")  # libtpu's: taken by the process that opens the chip
 LIBTPU_LOGS = Path("/tmp/tpu_logs")  # where libtpu writes its logs
 LIBTPU_BUSY = "libtpu multi-process lockfile"  # what libtpu says when another process has the chip
-# A process that opens a TPU holds much of it as resident memory (seen: 9 GiB on a v5e host before any work), so a
-# child on the chip may use this much more than the evaluation's memory limit.
+# A process that opens a TPU holds host memory of its own before any work (seen on a v5e host: ~4 GiB of pinned
+# transfer buffer and ~1.6 GiB of runtime, beside the 8 GiB of the chip's memory mapped into it, which
+# `sandbox.rss_mib` does not count), so a child on the chip may use this much more than the evaluation's limit.
 CHIP_MEMORY_MIB = 16384
 QUEUED_STAGE = "queued"  # the stage a child reports while it waits for the chip; not counted against its wall limit
 _CHIP_FILE = re.compile(r"^/dev/(accel\d+|vfio/\d+)$")

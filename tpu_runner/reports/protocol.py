@@ -82,6 +82,9 @@ class ChildStart:
     writable: list[str] = field(default_factory=list)
     readable: list[str] | None = None  # None: reads not confined (code the runner trusts)
     listable: list[str] = field(default_factory=list)  # directories whose entries may be looked up, not read
+    # The memory limit its supervisor enforces on this run: a spare is started before its run is known, and one on
+    # the chip may hold more (`hardware.with_chip_memory`). None: the limit it was started with.
+    memory_mib: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -93,7 +96,8 @@ class ChildStart:
             return cls(argv=[str(a) for a in data])
         readable = data.get("readable")
         return cls(argv=list(data["argv"]), writable=list(data.get("writable", [])),
-                   readable=None if readable is None else list(readable), listable=list(data.get("listable", [])))
+                   readable=None if readable is None else list(readable), listable=list(data.get("listable", [])),
+                   memory_mib=data.get("memory_mib"))
 
 
 @dataclass(frozen=True)

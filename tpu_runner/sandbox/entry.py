@@ -106,6 +106,8 @@ def main() -> None:
     if not line:
         return  # discarded unused
     start = ChildStart.from_json(line)
+    if start.memory_mib:  # the limit of this run, which may be more than the one this child was started with
+        os.environ[MEMORY_LIMIT_ENV] = str(start.memory_mib)
     os.environ["KERNELBOT_SANDBOX"] = confine([os.getcwd(), *start.writable], start.readable, start.listable)
     die_with_supervisor()  # after Landlock, which binds only the thread that asks for it and threads started later
     sys.argv = [target, *start.argv]

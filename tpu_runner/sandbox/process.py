@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -148,16 +148,37 @@ def untrusted_reads(*paths: Path, private: tuple[Path, ...] = ()) -> Reads:
     return Reads(readable=readable, listable=[str(root)])
 
 
+# Mappings of an accelerator's own memory into a process: a TPU host's runtime maps 8 GiB of the chip through vfio
+# (seen on a v5e host), which VmRSS counts as resident though no host memory backs it.
+DEVICE_MAPPINGS = ("anon_inode:[vfio-device]", "/dev/vfio/", "/dev/accel")
+# Below this much VmRSS no process holds a chip (the runtime alone is larger), so smaps is not read while polling.
+_DEVICE_FLOOR_MIB = 4096
+
+
+def device_resident_kib(smaps: Iterable[str]) -> int:
+    """The resident KiB of an accelerator's memory mapped into a process, from the lines of its /proc/PID/smaps."""
+    total, device = 0, False
+    for line in smaps:
+        if line[:1] in "0123456789abcdef" and "-" in line.split(" ", 1)[0]:  # a mapping's header line
+            fields = line.split(maxsplit=5)
+            device = len(fields) > 5 and fields[5].strip().startswith(DEVICE_MAPPINGS)
+        elif device and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
 def rss_mib(pid: int) -> float:
-    """A process's resident memory now, in MiB (0 where it is gone or unreadable)."""
+    """A process's resident host memory now, in MiB (0 where it is gone or unreadable): VmRSS less an accelerator's
+    memory mapped into it (`DEVICE_MAPPINGS`), which would count a chip's own memory against the host's limit."""
     try:
         with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
+            kib = next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
+        if kib > _DEVICE_FLOOR_MIB * 1024:
+            with open(f"/proc/{pid}/smaps") as f:
+                kib -= device_resident_kib(f)
     except (FileNotFoundError, ProcessLookupError, PermissionError):
-        pass
-    return 0.0
+        return 0.0
+    return kib / 1024
 
 
 def _tail(path: Path, limit: int) -> str:
@@ -225,7 +246,8 @@ class SandboxProcess:
             _running.add(proc)
         try:
             hello = ChildStart(argv=args, writable=[str(p) for p in writable],
-                               readable=reads.readable if reads else None, listable=reads.listable if reads else [])
+                               readable=reads.readable if reads else None, listable=reads.listable if reads else [],
+                               memory_mib=limits.memory_mib)
             stdin.write((hello.to_json() + "\n").encode())
             stdin.flush()
             if gate is None:
