@@ -138,3 +138,26 @@ def test_small_float_inputs_say_whether_the_tasks_values_are_nonnegative(tmp_pat
     config = with_input_bounds(abstract_configurations(task), input_bounds(task))[0]
     assert [a.nonnegative for a in config.dynamic] == [False, True]
     assert config_from_json(config_to_json(config)) == config
+
+
+@pytest.mark.parametrize("case", ["normal", "uniform", "large"])
+def test_a_large_input_is_drawn_without_float64_copies(case):
+    # At production shapes an input can be GiBs (an LM head's weight, 1 GiB in bf16): a float64 draw and its
+    # copies took ~7x that at once and stopped evaluations at the memory limit. float32, scaled in place.
+    import tracemalloc
+
+    spec = ArgSpec((2048, 4096), BF16)
+    f32_bytes = 2048 * 4096 * 4
+    tracemalloc.start()
+    try:
+        got = _one(spec, case)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert got.dtype == np.dtype(BF16)
+    assert peak < 1.6 * f32_bytes  # the float32 draw and the bf16 result, nothing wider
+    values = got.astype(np.float32)
+    scale = {"normal": 1.0, "uniform": 1 / np.sqrt(3), "large": LARGE_SCALE}[case]
+    assert abs(float(values.std()) / scale - 1) < 0.01 and abs(float(values.mean())) < 0.01 * scale
+    if case == "uniform":
+        assert values.min() >= -1.0 and values.max() <= 1.0

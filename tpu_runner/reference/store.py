@@ -27,7 +27,7 @@ from tpu_runner.compiler import CompileAnswer, CompileService
 from tpu_runner.hardware import ChipBusy, ChipSpec, runtime_files, with_chip_memory
 from tpu_runner.reports import ExportedTask, OutputJob, ReferenceReport, ReferenceRequest, write_json
 from tpu_runner.sandbox import ChildOutcome, child_environment, run_child, untrusted_reads
-from tpu_runner.tasks import EVALUATOR_CASES, Configuration, Task, TaskError, config_from_json
+from tpu_runner.tasks import DRAW, EVALUATOR_CASES, Configuration, Task, TaskError, config_from_json
 
 NUMERICS = "tpu-default-v2"  # how the reference's outputs are computed (numerics.as_on_tpu); part of every key
 LAYOUT = "v4"  # of the programs' cache entries (v4: float inputs say whether they are nonnegative)
@@ -46,7 +46,7 @@ def numerics_on(device_kind: str | None) -> str:
 
 
 def output_key(task: Task, config: dict[str, Any], values_from: str | None, numerics: str = NUMERICS) -> str:
-    text = json.dumps([task.digest, config, values_from, numerics, jax.__version__], sort_keys=True)
+    text = json.dumps([task.digest, config, values_from, numerics, DRAW, jax.__version__], sort_keys=True)
     return f"{task.task_id}-{hashlib.sha256(text.encode()).hexdigest()[:20]}"
 
 
