@@ -383,3 +383,28 @@ def test_operand_records_are_frozen():
     assert isinstance(call.operands[0], OperandTraffic)
     with pytest.raises(AttributeError):
         call.operands[0].transfers = 0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("precision, dtype, passes", [
+    (jax.lax.Precision.HIGHEST, jnp.float32, 6),  # f32 in three bf16 parts, six products
+    (jax.lax.Precision.HIGH, jnp.float32, 3),
+    (None, jnp.float32, 1),
+    (jax.lax.Precision.HIGHEST, jnp.bfloat16, 1),  # bf16 operands are one pass whatever the precision says
+])
+def test_a_kernels_dot_precision_is_counted_in_mxu_passes(precision, dtype, passes):
+    # Without a static profile a kernel's compute is its FLOPs at the bf16 peak: an f32 dot at HIGHEST takes six
+    # passes of the MXU (on a v5e a 275 GFLOP f32 HIGHEST matmul kernel took 8.6 ms, not 1.4).
+    def kernel(a_ref, b_ref, o_ref):
+        def body(i, carry):  # inside a loop: the walk goes into the kernel's nested jaxprs
+            o_ref[...] = jax.lax.dot_general(a_ref[...], b_ref[...], (((1,), (0,)), ((), ())), precision=precision,
+                                             preferred_element_type=jnp.float32).astype(o_ref.dtype)
+            return carry
+
+        jax.lax.fori_loop(0, 2, body, 0)
+
+    def fn(a, b):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((128, 128), dtype))(a, b)
+
+    report = pallas_traffic(jax.make_jaxpr(fn)(_spec((128, 128), dtype), _spec((128, 128), dtype)))
+    assert _only_call(report).mxu_passes == passes
+    assert report.mxu_passes == passes
