@@ -11,8 +11,8 @@ import pytest
 
 from storage.settings import EvalLimits
 from tpu_runner.candidate import SparePool
-from tpu_runner.sandbox import child_environment, rss_mib, run_child, spawn, untrusted_reads
 from tpu_runner.reports import MEMORY_LIMIT_ENV
+from tpu_runner.sandbox import child_environment, rss_mib, run_child, spawn, untrusted_reads
 from tpu_runner.sandbox.process import device_resident_kib
 
 PROBE = """
