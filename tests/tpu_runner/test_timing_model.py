@@ -93,6 +93,17 @@ def test_a_kernels_time_never_rests_on_xlas_estimate_which_is_its_own_cost_estim
     assert work.source == "work" and work.compute_seconds == pytest.approx(2e12 / V6E.peak_flops["bf16"])
 
 
+def test_a_profiled_kernel_takes_at_least_the_tasks_flops_at_the_mxu_peak():
+    # The static profile counts a kernel's code once, not once per grid step and loop trip: a convolution's
+    # kernel profiled at 13,780 cycles (9 us) does 76 GFLOP, which no chip does in 9 us.
+    profiled = CompileAnswer(True, hlo_text=KERNEL_HLO, ops=[("my_kernel_body.1", 13_780)], profiled=True)
+    (kernel,) = program_time(V6E, profiled, mode="fast", kernel_bytes=8e6, kernel_flops=76e9, kernel_steps=16).ops
+    assert kernel.source == "profile"
+    assert kernel.compute_seconds == pytest.approx(76e9 / V6E.peak_flops["bf16"])
+    (small,) = program_time(V6E, profiled, mode="fast", kernel_bytes=8e6, kernel_flops=1e6, kernel_steps=16).ops
+    assert small.compute_seconds == pytest.approx(13_780 / V6E.cycle_rate("fast"))  # the profile, where it is more
+
+
 def test_an_answer_read_back_from_json_keeps_its_program():
     from dataclasses import asdict
 

@@ -125,14 +125,18 @@ def program_time(chip: ChipSpec, answer: CompileAnswer, *, mode: str, kernel_byt
         op_class = "kernel" if op.target == KERNEL_TARGET else "async" if op.opcode == "copy-start" else op.op_class
         # XLA's estimate for a Mosaic kernel rests on the kernel's own CostEstimate: never used.
         own_estimate = op.xla_cycles if op.target != KERNEL_TARGET else 0
+        # The static profile counts a kernel's code once (a grid step, a loop's body, every branch), not as it runs:
+        # the least a kernel takes is still the task's FLOPs it does, at the MXU's peak (39k's convolution: 13,780
+        # static cycles, 9 us, for 76 GFLOP that take at least 0.39 ms).
+        floor = kernel_flops * share / op.repeat / chip.peak_flops["bf16"] if op in kernels else 0.0
         # A kernel profiled at 0 cycles was not profiled (libtpu leaves some kernels empty), not free.
         if op.name in by_name and not own_estimate and (by_name[op.name] or op not in kernels):
             source, cycles = "profile", by_name[op.name] / op.repeat
-            compute = cycles / chip.cycle_rate(mode)
+            compute = max(cycles / chip.cycle_rate(mode), floor)
         elif own_estimate:
             source, compute = "xla", own_estimate / chip.clock_hz
         elif op in kernels and unclaimed:
-            source, compute = "profile", unclaimed * share / op.repeat / chip.cycle_rate(mode)
+            source, compute = "profile", max(unclaimed * share / op.repeat / chip.cycle_rate(mode), floor)
         else:
             flops = op.flops or (kernel_flops * share / op.repeat if op in kernels else 0.0)
             source = "work"
