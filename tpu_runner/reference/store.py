@@ -286,9 +286,11 @@ class ReferenceStore:
         return failed
 
     # A task's outputs that stopped the reference's child at a limit of this host: kept beside the outputs, so a
-    # candidate stopped at the same limit is judged knowing it (and the reference is not run again in vain).
+    # candidate stopped at the same limit is judged knowing it (and the reference is not run again in vain). Another
+    # draw of the inputs (DRAW) may fit where this one did not: its stop is its own.
     def _stop_record(self, task: Task) -> Path:
-        return self.cache_dir / "reference_outputs" / f"{task.task_id}-{task.digest[:16]}-{self.numerics}.stopped"
+        return (self.cache_dir / "reference_outputs"
+                / f"{task.task_id}-{task.digest[:16]}-{self.numerics}-{DRAW}.stopped")
 
     def _remember_stop(self, task: Task, error: ReferenceStopped) -> None:
         record = self._stop_record(task)
