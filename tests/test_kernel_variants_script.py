@@ -1,0 +1,33 @@
+"""benchmarks/kernel_variants.py on a host without a TPU (interpret mode): the brain's first kernel and its one-step
+variants, each beside XLA's reference, with their difference from it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import TASKS
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_the_first_kernel_and_one_step_variants_are_timed_beside_xla(tmp_path: Path) -> None:
+    out = tmp_path / "rows.json"
+    run = subprocess.run([sys.executable, str(REPO / "benchmarks" / "kernel_variants.py"), "--task",
+                          str(TASKS / "softmax"), "--interpret", "--max", "3", "--calls", "1", "--repeat", "1",
+                          "--json", str(out)], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    data = json.loads(out.read_text())
+    first, *others = data["rows"]
+    assert first["variant"] == "first" and len(others) == 2
+    for row in data["rows"]:
+        assert row["ms"] > 0 and row["max_diff"] < 1e-3, row
+    # each variant changes exactly one parameter of the first kernel
+    for row in others:
+        changed = [k for k in first["params"] if row["params"][k] != first["params"][k]]
+        assert len(changed) == 1 and row["variant"] == f"{changed[0]}={row['params'][changed[0]]}"
+    assert "fastest:" in run.stdout and "XLA" in run.stdout
