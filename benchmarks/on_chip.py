@@ -95,7 +95,9 @@ def entry(task_dir: Path, why_none: str, result: EvalResult | Exception | None, 
     e.update(verdict=result.verdict, message=result.message, seconds=round(result.timings.get("total", 0.0), 1),
              timings={k: round(v, 2) for k, v in result.timings.items()},  # where an evaluation's time goes
              # differences the judge accepted while timing (the float64 truth, the task's sensitivity), and why
-             accepted=[n for n in result.notes if n.startswith("while timing")])
+             accepted=[n for n in result.notes if n.startswith("while timing")],
+             # the whole error (the message keeps its first 300 characters: 15p's cut off why no truth was made)
+             detail=result.error.detail if result.error is not None else None)
     perf = result.performance
     if perf is not None:
         estimate = perf.detail.get("estimate") or {}
