@@ -37,6 +37,7 @@ from agents.offline.brain import offline_brain  # noqa: E402
 from agents.offline.emit import space_of  # noqa: E402
 from agents.offline.params import choose  # noqa: E402
 from storage.settings import load_settings  # noqa: E402
+from tpu_runner.checking.correctness import interpret_mode  # noqa: E402
 from tpu_runner.hardware import get_chip  # noqa: E402
 from tpu_runner.tasks import concrete_configurations, import_reference, load_task  # noqa: E402
 
@@ -110,13 +111,10 @@ def main() -> None:
         for k, (name, params) in enumerate(kernels):
             row: dict[str, Any] = {"variant": name, "params": params}
             try:
-                source = brain.source(params)
-                if args.interpret:
-                    source = source.replace("compiler_params=pltpu.CompilerParams(",
-                                            "interpret=True, compiler_params=pltpu.CompilerParams(")
-                module = _load(source, Path(tmp), f"variant_{k}")
+                module = _load(brain.source(params), Path(tmp), f"variant_{k}")
                 run = jax.jit(lambda *a, m=module: m.computation(*a, *config.static))
-                ms, got = fastest_ms(run, arrays, args.calls, args.repeat)
+                with interpret_mode(args.interpret):  # as the evaluator checks a kernel without its TPU
+                    ms, got = fastest_ms(run, arrays, args.calls, args.repeat)
                 row.update(ms=ms, speedup=ref_ms / ms, max_diff=_max_diff(got, want))
                 print(f"  {name:36s} {ms:9.3f} ms  x{ref_ms / ms:5.2f}  max |diff| {row['max_diff']:.3g}", flush=True)
             except Exception as exc:  # noqa: BLE001 - a variant that fails is a row saying why

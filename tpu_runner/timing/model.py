@@ -128,7 +128,8 @@ def program_time(chip: ChipSpec, answer: CompileAnswer, *, mode: str, kernel_byt
         # The static profile counts a kernel's code once (a grid step, a loop's body, every branch), not as it runs:
         # the least a kernel takes is still the task's FLOPs it does, at the MXU's peak (39k's convolution: 13,780
         # static cycles, 9 us, for 76 GFLOP that take at least 0.39 ms).
-        floor = kernel_flops * share / op.repeat / chip.peak_flops["bf16"] if op in kernels else 0.0
+        kernel_work = kernel_flops * share / op.repeat if op in kernels else 0.0
+        floor = kernel_work / chip.peak_flops["bf16"]
         # A kernel profiled at 0 cycles was not profiled (libtpu leaves some kernels empty), not free.
         if op.name in by_name and not own_estimate and (by_name[op.name] or op not in kernels):
             source, cycles = "profile", by_name[op.name] / op.repeat
@@ -138,7 +139,7 @@ def program_time(chip: ChipSpec, answer: CompileAnswer, *, mode: str, kernel_byt
         elif op in kernels and unclaimed:
             source, compute = "profile", max(unclaimed * share / op.repeat / chip.cycle_rate(mode), floor)
         else:
-            flops = op.flops or (kernel_flops * share / op.repeat if op in kernels else 0.0)
+            flops = op.flops or kernel_work
             source = "work"
             compute = max(flops / chip.peak_flops["bf16"],
                           op.vpu_elements / (VPU_ELEMENTS_PER_CYCLE * chip.clock_hz))

@@ -66,8 +66,8 @@ def estimated_performance(chip: ChipSpec, mode: str, prod: list[Configuration], 
     c_bytes = sum(candidate_hbm_bytes(c.traffic, c.compiled.cost) for c in cand)
     r_bytes = sum(r.cost.get("bytes accessed", 0.0) for r in ref)
     roof = _roofline(chip, prod, cand, ref, used)
-    # A kernel the profiler has no cycles for does at least the task's work that the XLA ops around it do not, in
-    # as many MXU passes as its dots' precision takes (an f32 dot at HIGHEST: six).
+    # A kernel does at least the task's work that the XLA ops around it do not, in as many MXU passes as its dots'
+    # precision takes (an f32 dot at HIGHEST: six): its time without a profile, and the least it takes with one.
     kernel_flops = [max(0.0, r.cost.get("flops", 0.0) - sum(op.flops * op.repeat for op in c.compiled.hlo_ops
                                                              if op.target != KERNEL_TARGET)) * c.traffic.mxu_passes
                     for c, r in zip(cand, ref, strict=True)]
