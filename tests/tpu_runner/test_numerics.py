@@ -89,3 +89,10 @@ def test_the_truth_narrows_to_float32_where_float64_would_pass_the_memory_limit(
                            lambda: None)
     assert not comparison.ok and comparison.error is not None
     assert comparison.error.detail.endswith(f"({neither.note})")
+    # Past the truth, a difference the task's sensitivity would judge says why that was not measured either.
+    near = OutputSet("tree", (exact.astype(np.float32) + 0.01,))
+    comparison, _ = judged(near, OutputSet("tree", (exact.astype(np.float32),)), 1e-3, 1e-3, lambda: full,
+                           lambda: OutputSet("", (), "its float64 run on this host's CPU stopped: out of time"))
+    assert not comparison.ok and comparison.error is not None
+    assert comparison.error.detail.endswith("(the task's sensitivity to its inputs' rounding was not measured: "
+                                            "its float64 run on this host's CPU stopped: out of time)")

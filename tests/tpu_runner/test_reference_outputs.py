@@ -203,7 +203,7 @@ def test_a_truth_not_made_with_the_outputs_is_made_once_when_a_near_miss_asks_fo
 
     def reference() -> ReferenceRun:
         def later() -> OutputSet | None:
-            path = store.float64(task, job, "normal", "truth")
+            path, _ = store.float64(task, job, "normal", "truth")
             return load_outputs(path) if path else None
         return ReferenceRun(case, expected, None, later=later)
 
@@ -218,9 +218,17 @@ def test_a_truth_not_made_with_the_outputs_is_made_once_when_a_near_miss_asks_fo
     with pytest.raises(CandidateFailed, match="differs"):
         judge.case(CandidateRun(case, outputs=off), reference())
     assert children == ["truth"]  # a near miss: the truth is made, once
-    truth = load_outputs(store.float64(task, job, "normal", "truth"))  # type: ignore[arg-type]
+    path, why = store.float64(task, job, "normal", "truth")
+    assert path is not None and why == ""
+    truth = load_outputs(path)
     assert truth.leaves[0].dtype == np.float64
     np.testing.assert_allclose(truth.leaves[0], expected.leaves[0], rtol=1e-3, atol=1e-3)
     made = len(children)
     store.float64(task, job, "normal", "truth")
     assert len(children) == made  # kept: asked again, no child runs
+    # A float64 run whose child is stopped (here by a wall limit no child meets) is judged without, and says why,
+    # also when asked again (kept, no second child).
+    store.limits = replace(store.limits, wall_seconds=0.01)
+    path, why = store.float64(task, job, "normal", "perturbed")
+    assert path is None and why.startswith("its float64 run on this host's CPU stopped: ") and "did not finish within" in why
+    assert store.float64(task, job, "normal", "perturbed") == (None, why) and len(children) == made + 1

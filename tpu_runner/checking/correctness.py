@@ -228,9 +228,15 @@ def judged(candidate: Any, expected: Any, atol: float, rtol: float, truth: Calla
         return replace(comparison, error=replace(comparison.error,
                                                  detail=f"{comparison.error.detail} ({asked.note})")), ""
     comparison = compare_outputs(candidate, expected, atol, rtol, wide)
-    if not _mismatch(comparison) or (moved := _made(perturbed())) is None:
+    if not _mismatch(comparison):
         narrower = comparison.ok and wide.note  # passed by a float32 truth: the note says why not float64
         return comparison, f"within the reference's own error ({wide.note})" if narrower else ""
+    if (moved := _made(asked_moved := perturbed())) is None:  # no sensitivity to judge by: the detail says why
+        why = asked_moved.note if asked_moved is not None and asked_moved.note else "the reference does not run " \
+            "in float64"
+        assert comparison.error is not None
+        return replace(comparison, error=replace(comparison.error, detail=f"{comparison.error.detail} (the task's "
+                                                 f"sensitivity to its inputs' rounding was not measured: {why})")), ""
     sensitive, note = within_sensitivity(as_output_set(candidate), wide, moved)
     if sensitive:
         comparison = Comparison(True, comparison.max_abs_err, comparison.max_rel_err)

@@ -392,10 +392,10 @@ class _Evaluation:
             cases.append(judge.case(cand, ref))
         return cases
 
-    def _float64(self, job: OutputJob, case: str, part: str) -> OutputSet | None:
+    def _float64(self, job: OutputJob, case: str, part: str) -> OutputSet:
         """A float64 run of the reference the judge asks for (made once, then kept with the outputs)."""
-        path = self.store.float64(self.task, job, case, part)
-        return load_outputs(path) if path else None
+        path, why = self.store.float64(self.task, job, case, part)
+        return load_outputs(path) if path else OutputSet("", (), why)  # no leaves: the judge says why
 
     @staticmethod
     def _config_index(check: CheckReport, index: int) -> int:

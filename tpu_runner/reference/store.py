@@ -325,12 +325,14 @@ class ReferenceStore:
             tmp.write_text(json.dumps(files))
             tmp.replace(root / f"{job.key}.json")
 
-    def float64(self, task: Task, job: OutputJob, case: str, part: str) -> Path | None:
+    def float64(self, task: Task, job: OutputJob, case: str, part: str) -> tuple[Path | None, str]:
         """A float64 run of the reference for one case, made the first time the judge asks for it (in a reference
         child of its own, on the CPU) and kept beside the case's other outputs: `truth` where it was not made with
         the outputs (large dots), `perturbed` on the case's inputs rounded once more (the task's sensitivity).
-        None where the reference cannot run in float64, or its child could not finish."""
+        The file, or None and why not: the reference cannot run in float64, or its child could not finish (the
+        reason is kept beside the index, so a judgement made later says it too)."""
         root = self.cache_dir / "reference_outputs"
+        why_file = root / f"{job.key}.{case}.{part}.why"
         with _lock(f"outputs-{task.task_id}-{task.digest}"):
             index = root / f"{job.key}.json"
             files = json.loads(index.read_text())
@@ -338,8 +340,9 @@ class ReferenceStore:
                 one = OutputJob(job.key, job.config, job.values_from, [case], float64=part)
                 try:
                     report, scratch = self._run([task], export=False, jobs=[one], cpu_only=True)
-                except TaskError:  # out of time or memory: judged without it, and not asked for again
+                except TaskError as exc:  # out of time or memory: judged without it, and not asked for again
                     name = None
+                    why_file.write_text(f"its float64 run on this host's CPU stopped: {exc}"[:600])
                 else:
                     try:
                         name = report.outputs.get(job.key, {}).get(case, {}).get(part)
@@ -353,7 +356,9 @@ class ReferenceStore:
                 tmp.write_text(json.dumps(files))
                 tmp.replace(index)
             name = files[case][part]
-        return root / name if name else None
+        if name:
+            return root / name, ""
+        return None, why_file.read_text() if why_file.is_file() else "the reference does not run in float64"
 
     def _found(self, jobs: list[OutputJob]) -> dict[str, dict[str, dict[str, Path | None]]]:
         root = self.cache_dir / "reference_outputs"
