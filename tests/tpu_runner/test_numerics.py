@@ -11,6 +11,7 @@ import numpy as np
 from jax import lax
 
 from tpu_runner.checking import OutputSet, as_on_tpu, case_truth, judged, widened, widened_program
+from tpu_runner.checking.correctness import TRUTH_MARGIN
 from tpu_runner.reports import MEMORY_LIMIT_ENV
 from tpu_runner.sandbox import rss_mib
 from tpu_runner.tasks import EVALUATOR_CASES, ArgSpec, Configuration
@@ -75,13 +76,13 @@ def test_the_truth_narrows_to_float32_where_float64_would_pass_the_memory_limit(
         return case_truth(config=config, reference=_scores, case=case, host=[x])
 
     exact = np.tanh(x.astype(np.float64) @ x.T.astype(np.float64))
-    full = truth_with(wide_need * 4)
+    full = truth_with(wide_need * TRUTH_MARGIN * 2)
     assert full is not None and full.note == ""
     np.testing.assert_allclose(full.leaves[0], exact, rtol=1e-12)
-    narrow = truth_with((wide_need + narrow_need) // 2)
+    narrow = truth_with(TRUTH_MARGIN * (wide_need + narrow_need) // 2)  # XLA's count, with the margin
     assert narrow is not None and narrow.note.startswith("its float32 truth: float64 would need")
     np.testing.assert_allclose(narrow.leaves[0], exact, rtol=1e-5, atol=1e-5)  # f32 rounding of sums of 64 terms
-    neither = truth_with(narrow_need // 2)
+    neither = truth_with(narrow_need)  # fits XLA's count, not the margin the runtime takes beside it
     assert neither is not None and neither.leaves == () and "float32 would not fit either" in neither.note
     # A difference judged without it says why (not a bare mismatch).
     off = OutputSet("tree", (exact.astype(np.float32) + 1.0,))

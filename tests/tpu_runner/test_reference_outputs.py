@@ -230,5 +230,6 @@ def test_a_truth_not_made_with_the_outputs_is_made_once_when_a_near_miss_asks_fo
     # also when asked again (kept, no second child).
     store.limits = replace(store.limits, wall_seconds=0.01)
     path, why = store.float64(task, job, "normal", "perturbed")
-    assert path is None and why.startswith("its float64 run on this host's CPU stopped: ") and "did not finish within" in why
+    assert path is None and why.startswith("its float64 run on this host's CPU stopped: ")
+    assert "did not finish within" in why
     assert store.float64(task, job, "normal", "perturbed") == (None, why) and len(children) == made + 1
