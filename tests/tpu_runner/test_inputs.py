@@ -22,6 +22,7 @@ from tpu_runner.tasks import (
     load_task,
     with_input_bounds,
 )
+from tpu_runner.tasks import inputs as inputs_module
 
 CASES = {case.name: case for case in EVALUATOR_CASES}
 BF16 = np.dtype(jnp.bfloat16).name
@@ -141,13 +142,16 @@ def test_small_float_inputs_say_whether_the_tasks_values_are_nonnegative(tmp_pat
 
 
 @pytest.mark.parametrize("case", ["normal", "uniform", "large"])
-def test_a_large_input_is_drawn_without_float64_copies(case):
+def test_a_large_input_is_drawn_without_float64_copies(case, monkeypatch):
     # At production shapes an input can be GiBs (an LM head's weight, 1 GiB in bf16): a float64 draw and its
-    # copies took ~7x that at once and stopped evaluations at the memory limit. float32, scaled in place.
+    # copies took ~7x that at once and stopped evaluations at the memory limit. float32, scaled in place, a chunk
+    # at a time into the result.
     import tracemalloc
 
     spec = ArgSpec((2048, 4096), BF16)
     f32_bytes = 2048 * 4096 * 4
+    chunk = 1 << 20  # a quarter of the draw's values: float32 only a chunk at a time
+    monkeypatch.setattr(inputs_module, "DRAW_CHUNK", chunk)
     tracemalloc.start()
     try:
         got = _one(spec, case)
@@ -155,9 +159,18 @@ def test_a_large_input_is_drawn_without_float64_copies(case):
     finally:
         tracemalloc.stop()
     assert got.dtype == np.dtype(BF16)
-    assert peak < 1.6 * f32_bytes  # the float32 draw and the bf16 result, nothing wider
+    assert peak < 0.5 * f32_bytes + 1.1 * chunk * 4  # the bf16 result and one chunk's float32 draw
     values = got.astype(np.float32)
     scale = {"normal": 1.0, "uniform": 1 / np.sqrt(3), "large": LARGE_SCALE}[case]
     assert abs(float(values.std()) / scale - 1) < 0.01 and abs(float(values.mean())) < 0.01 * scale
     if case == "uniform":
         assert values.min() >= -1.0 and values.max() <= 1.0
+
+
+@pytest.mark.parametrize("case", ["normal", "uniform", "large"])
+def test_chunks_draw_the_values_of_one_draw(case, monkeypatch):
+    # The reference's outputs are kept per draw (DRAW): drawing chunk by chunk must give the values of one call.
+    spec = ArgSpec((3, 1000), BF16)
+    whole = _one(spec, case)
+    monkeypatch.setattr(inputs_module, "DRAW_CHUNK", 128)  # 3000 elements: 24 chunks, the last one short
+    np.testing.assert_array_equal(_one(spec, case), whole)

@@ -31,6 +31,12 @@ LARGE_SCALE = 64.0
 DRAW = "float32-v1"
 
 
+# Elements drawn at a time: the float32 draw of one chunk is all that exists beside the result, whose dtype it is
+# written in (a 2 GiB bf16 bias drawn whole took 4 GiB more in float32). numpy's generators give the same stream
+# chunk by chunk as in one call, so the values do not depend on it.
+DRAW_CHUNK = 1 << 22
+
+
 def _draw(spec: ArgSpec, distribution: str, rng: np.random.Generator) -> np.ndarray:
     dtype = np.dtype(spec.dtype)
     if dtype == np.bool_:
@@ -38,20 +44,28 @@ def _draw(spec: ArgSpec, distribution: str, rng: np.random.Generator) -> np.ndar
     if np.issubdtype(dtype, np.integer):
         lo, hi = spec.int_range if spec.int_range else (0, min(np.iinfo(dtype).max, 127))
         return rng.integers(lo, hi + 1, size=spec.shape, dtype=np.int64).astype(dtype)
-    # Drawn in float32 and scaled in place (float64 only for a float64 input): at production shapes a float64 draw
-    # and its copies took ~7x the input's bf16 size (a 1 GiB LM head weight: 7 GiB at once, more for "large").
+    out = np.empty(spec.shape, dtype)
+    flat = out.reshape(-1)
+    for start in range(0, flat.size, DRAW_CHUNK):
+        flat[start:start + DRAW_CHUNK] = _floats(min(DRAW_CHUNK, flat.size - start), dtype, distribution, spec, rng)
+    return out
+
+
+def _floats(n: int, dtype: np.dtype, distribution: str, spec: ArgSpec, rng: np.random.Generator) -> np.ndarray:
+    """`n` values of the distribution, drawn in float32 and scaled in place (float64 only for a float64 input: a
+    float64 draw and its copies took ~7x a bf16 input's size)."""
     wide = np.float64 if dtype == np.float64 else np.float32
     if distribution == "uniform":
-        values = rng.random(spec.shape, dtype=wide)
+        values = rng.random(n, dtype=wide)
         values *= 2.0
         values -= 1.0
     else:
-        values = rng.standard_normal(spec.shape, dtype=wide)
+        values = rng.standard_normal(n, dtype=wide)
         if distribution == "large":
             values *= LARGE_SCALE
     if spec.nonnegative:  # the task's values are all >= 0 (a variance): a negative draw is no test of the kernel
         np.abs(values, out=values)
-    return values.astype(dtype, copy=False)
+    return values
 
 
 def _integer(spec: ArgSpec) -> bool:
