@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tpu_runner.checking import CandidateFailed, Comparison, check_configuration, compare_outputs
+from tpu_runner.checking.correctness import _fresh
 from tpu_runner.tasks import EVALUATOR_CASES, ArgSpec, Configuration, case_inputs
 
 
@@ -290,3 +291,20 @@ def test_reference_not_finite_on_a_case_is_skipped():
                                   atol=1e-5, rtol=1e-5, interpret=False, candidate_path="candidate.py")
     assert [r.status for r in results] == ["skipped", "skipped", "skipped"]
     assert jax.numpy.isnan(reference(jnp.asarray(-1.0)))
+
+
+
+def test_a_case_goes_to_the_device_without_a_host_copy_and_never_aliases_the_judges_inputs():
+    # At production shapes a host copy of every input first was GiBs more at once in the candidate's child.
+    import tracemalloc
+
+    host = np.ones((2048, 4096), np.float32)  # 32 MiB
+    tracemalloc.start()
+    try:
+        (on_device,) = _fresh([host], ())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < host.nbytes / 4
+    host[0, 0] = 5.0  # the judge's array changes; the candidate's copy does not (and the reverse: no alias)
+    assert float(on_device[0, 0]) == 1.0

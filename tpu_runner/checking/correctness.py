@@ -63,7 +63,9 @@ def interpret_mode(enabled: bool) -> Iterator[None]:
 
 
 def _fresh(host_inputs: list[np.ndarray], static: tuple[Any, ...]) -> list[Any]:
-    return [jax.numpy.asarray(np.array(x)) for x in host_inputs] + list(static)
+    # Copied straight into the device's memory (on a CPU never aliasing the host arrays, which judge the call's
+    # inputs afterwards), without a host copy first: at production shapes that was GiBs more at once.
+    return [jax.numpy.array(x, copy=True) for x in host_inputs] + list(static)
 
 
 @dataclass
