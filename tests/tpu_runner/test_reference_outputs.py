@@ -233,3 +233,30 @@ def test_a_truth_not_made_with_the_outputs_is_made_once_when_a_near_miss_asks_fo
     assert path is None and why.startswith("its float64 run on this host's CPU stopped: ")
     assert "did not finish within" in why
     assert store.float64(task, job, "normal", "perturbed") == (None, why) and len(children) == made + 1
+
+
+def test_a_chip_hosts_float64_run_gets_the_memory_of_a_chip_child(tmp_path: Path, monkeypatch) -> None:
+    # A chip host checks production shapes: their float64 truth on its CPU is as large as the chip's outputs, and
+    # at the evaluation's own limit 15p's was never made (its child stopped at 8192 MiB on a v5e host).
+    import tpu_runner.reference.store as store_module
+    from tpu_runner.hardware import with_chip_memory
+
+    settings = load_settings({"KERNELBOT_HOME": str(tmp_path / "home")})
+    task = reference_task(tmp_path, "tanh_matmul", MATMUL, description="tanh(a @ b / 16)")
+    seen = []
+
+    def no_child(**kwargs):
+        seen.append(kwargs["limits"].memory_mib)
+        raise RuntimeError("not run")
+
+    job = ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.sandbox_dir,
+                         limits=settings.limits).production_jobs(task)[0]  # (its reference's child runs here)
+    monkeypatch.setattr(store_module, "run_child", no_child)
+    for device_kind, want in ((None, settings.limits.memory_mib),
+                              ("TPU v5 lite", with_chip_memory(settings.limits).memory_mib)):
+        store = ReferenceStore(cache_dir=settings.cache_dir, sandbox_dir=settings.sandbox_dir, limits=settings.limits,
+                               device_kind=device_kind)
+        with pytest.raises(RuntimeError, match="not run"):
+            store._run([task], export=False, jobs=[replace(job, float64="truth")], cpu_only=True)
+        assert seen[-1] == want
+    assert seen[-1] > seen[0]

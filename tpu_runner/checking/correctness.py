@@ -148,12 +148,6 @@ def memory_allowance() -> int | None:
     return int((int(limit) * 0.9 - rss_mib(os.getpid())) * 2**20) if limit else None
 
 
-# XLA's count of what a widened program needs (arguments, outputs, temporaries) leaves out the CPU runtime's own
-# working memory: 15p's float64 truth, counted 4 GiB, peaked at 5.5 GiB on a 2-core host and went past a child's
-# 8192 MiB limit on a TPU host's CPU.
-TRUTH_MARGIN = 2
-
-
 def _truth(reference: Callable[..., Any], host: list[np.ndarray], config: Configuration) -> OutputSet | None:
     """The reference evaluated in float64 on the same inputs - in float32 where float64 would not fit under this
     process's memory limit (still ~2^-24 against bf16's 2^-8), with a note saying so; None where it cannot run
@@ -162,8 +156,7 @@ def _truth(reference: Callable[..., Any], host: list[np.ndarray], config: Config
     allowance, note = memory_allowance(), ""
     for dtype in (np.float64, np.float32):
         try:
-            run, counted = widened_program(reference, config.static, dynamic, dtype)
-            need = TRUTH_MARGIN * counted
+            run, need = widened_program(reference, config.static, dynamic, dtype)
             if allowance is not None and need > allowance:
                 note = note or (f"float64 would need ~{need / 2**30:.1f} GiB, beyond the {allowance / 2**30:.1f} "
                                 "GiB this evaluation has left")

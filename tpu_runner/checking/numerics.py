@@ -189,12 +189,37 @@ def as_on_tpu(fn: Callable[..., Any], static: Sequence[Any]) -> Callable[..., An
     return jax.jit(run)
 
 
+# What a widened program may take beyond XLA's count of it. The count (arguments, outputs, temporaries) leaves out
+# the CPU runtime's own working memory (15p's float64 truth, counted 4 GiB, peaked at 5.5 GiB with JAX 0.12), and
+# with JAX 0.10.2 it does not hold at all: 15p's float32 truth, counted 2 GiB, peaked at 10 GiB (its 4 GiB
+# [4, 16, 4096, 4096] scores alive in several values at once). So a program needs at least twice its count, and
+# at least its arguments and outputs with its largest value three times over.
+COUNT_MARGIN = 2
+LARGEST_VALUES_ALIVE = 3
+
+
+def _largest_value(jaxpr: Any, itemsize: int) -> int:
+    """Bytes of the program's largest intermediate value with its floats at `itemsize`, nested calls included."""
+    inner = jaxpr.jaxpr if isinstance(jaxpr, jex_core.ClosedJaxpr) else jaxpr
+    largest = 0
+    for eqn in inner.eqns:
+        for var in eqn.outvars:
+            aval = getattr(var, "aval", None)
+            shape, dtype = getattr(aval, "shape", None), getattr(aval, "dtype", None)
+            if shape is not None and dtype is not None:
+                size = itemsize if _floating(dtype) else np.dtype(dtype).itemsize
+                largest = max(largest, int(np.prod(shape, dtype=np.int64)) * size)
+        for sub in _sub_jaxprs(eqn.params):
+            largest = max(largest, _largest_value(sub, itemsize))
+    return largest
+
+
 def widened_program(fn: Callable[..., Any], static: Sequence[Any], dynamic: Sequence[np.ndarray],
                     dtype: Any = np.float64) -> tuple[Callable[[], Any], int]:
     """`fn(*dynamic, *static)` with every floating value and type widened to `dtype` (see the module docstring),
-    compiled for this host's CPU but not run: the call that runs it, and the bytes XLA says it
-    needs (arguments, outputs and temporaries; 0 where the backend does not say). The program is traced at the
-    inputs' own dtypes, then evaluated wide."""
+    compiled for this host's CPU but not run: the call that runs it, and the bytes it may need to run (XLA's count
+    of its arguments, outputs and temporaries, with the margins above). The program is traced at the inputs' own
+    dtypes, then evaluated wide."""
     closed = jax.make_jaxpr(lambda *d: fn(*d, *static))(*dynamic)
     out_tree = jax.tree.structure(jax.eval_shape(lambda *d: fn(*d, *static), *dynamic))
     rule = _Widened(dtype)
@@ -205,8 +230,11 @@ def widened_program(fn: Callable[..., Any], static: Sequence[Any], dynamic: Sequ
                                       sharding=cpu) for x in dynamic]
         compiled = jax.jit(lambda *d: evaluate(closed, d, rule)).lower(*avals).compile()
     stats = compiled.memory_analysis()
-    need = sum(getattr(stats, k, 0) for k in ("argument_size_in_bytes", "output_size_in_bytes",
-                                                "temp_size_in_bytes")) if stats is not None else 0
+    counted = sum(getattr(stats, k, 0) for k in ("argument_size_in_bytes", "output_size_in_bytes",
+                                                   "temp_size_in_bytes")) if stats is not None else 0
+    ends = sum(getattr(stats, k, 0) for k in ("argument_size_in_bytes", "output_size_in_bytes")) \
+        if stats is not None else 0
+    need = max(COUNT_MARGIN * counted, ends + LARGEST_VALUES_ALIVE * _largest_value(closed, rule.dtype.itemsize))
 
     def run() -> Any:
         with jax.enable_x64(x64):

@@ -113,8 +113,14 @@ class ReferenceStore:
         write_json(scratch / "request.json", request)
         env = child_environment(workdir=scratch, llo_dump_dir=None, on_tpu=on_chip, target_accelerator="v6e-1")
         # On the chip one child computes the production outputs of every task asked for: a wall limit each.
-        limits = replace(with_chip_memory(self.limits), wall_seconds=self.limits.wall_seconds * len(tasks)) \
-            if on_chip else self.limits
+        if on_chip:
+            limits = replace(with_chip_memory(self.limits), wall_seconds=self.limits.wall_seconds * len(tasks))
+        elif cpu_only and self.device_kind is not None:
+            # The float64 truth of a chip host's checks, which are at production shapes (as large as the chip's
+            # memory holds): the memory a chip's child gets. At the evaluation's own limit, 15p's was never made.
+            limits = with_chip_memory(self.limits)
+        else:
+            limits = self.limits
         outcome = run_child(module="tpu_runner.reference.child", args=[str(scratch / "request.json")],
                             workdir=scratch, env=env, limits=limits, writable=runtime_files() if on_chip else (),
                             reads=untrusted_reads(*(t.path for t in tasks),
