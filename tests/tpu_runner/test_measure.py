@@ -103,3 +103,22 @@ def test_the_timing_judge_accepts_what_only_the_float64_truth_explains() -> None
     assert comparison.ok  # the exact answer differs from the reference by the reference's own error
     comparison, _ = judge(0, exact + 0.1, cancels(exact))
     assert not comparison.ok and TIMING_CASES[0].distribution == "normal"
+
+
+def test_timing_inputs_are_sized_to_the_chip_and_the_host() -> None:
+    from tpu_runner.candidate.child import TIMING_CASES, input_bytes, timing_input_sets, timing_sets_plan
+    from tpu_runner.tasks import ArgSpec, Configuration
+
+    gib = 2**30
+    chip = int(15.7 * gib)  # a v5e's HBM
+    # 15p: three inputs of 128 MiB; all three sets, drawn while the candidate is checked.
+    assert timing_sets_plan(3 * gib // 8, chip, 8 * gib) == (len(TIMING_CASES), True)
+    # 5p: 2.8 GB a set. Three (and a copy per call) beside a reference that holds 8.6 GB would not fit the chip;
+    # one does. And 2.8 GB is more than a quarter of 6 GiB left on the host: drawn after the checks.
+    assert timing_sets_plan(int(2.8e9), chip, 6 * gib) == (1, False)
+    assert timing_sets_plan(int(2.8e9), chip, 20 * gib) == (1, True)
+    # Without a chip (or without a limit) nothing changes.
+    assert timing_sets_plan(int(2.8e9), None, None) == (len(TIMING_CASES), True)
+    config = Configuration(dynamic=(ArgSpec((4, 8), "float32"), ArgSpec((16,), "bfloat16")), static=(2,))
+    assert input_bytes(config) == 4 * 8 * 4 + 16 * 2
+    assert len(timing_input_sets(config, 1)) == 1 and len(timing_input_sets(config)) == len(TIMING_CASES)

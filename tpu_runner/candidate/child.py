@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import math
 import os
 import resource
 import sys
@@ -35,6 +36,7 @@ from tpu_runner.checking import (
     case_truth,
     choose,
     judged,
+    memory_allowance,
     perturbed_truth,
     run_candidate_case,
     save_outputs,
@@ -113,11 +115,33 @@ def _abstract(config: Configuration) -> list[Any]:
 TIMING_CASES = tuple(Case(f"timing{i}", "normal", 7 + i) for i in range(3))  # apart from the correctness cases
 
 
-def timing_input_sets(config: Configuration) -> list[list[Any]]:
-    """The input sets of the production configuration for timing."""
-    sets = [case_inputs(config, case) for case in TIMING_CASES]
+def timing_input_sets(config: Configuration, count: int = len(TIMING_CASES)) -> list[list[Any]]:
+    """The first `count` input sets of the production configuration for timing."""
+    sets = [case_inputs(config, case) for case in TIMING_CASES[:count]]
     assert all(s is not None for s in sets)  # only a "task" case can lack inputs
     return [s for s in sets if s is not None]
+
+
+def input_bytes(config: Configuration) -> int:
+    """Bytes of one set of the configuration's dynamic inputs."""
+    import numpy as np
+
+    return sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in config.dynamic)
+
+
+def timing_sets_plan(set_bytes: int, device_bytes: int | None, host_room: int | None) -> tuple[int, bool]:
+    """How many timing input sets (one to three) and whether to draw them while the candidate is checked.
+
+    The sets stay on the device through the timing, with one more copy per call: together they keep to a quarter
+    of the chip's memory, the rest being the programs' own (5p's three sets of 2.8 GB, with its reference's 8.6 GB
+    of scores, would not fit a v5e's 15.7). Drawn ahead only when they take at most a quarter of the host memory
+    the evaluation has left (drawn beside the correctness cases, 5p's 8.4 GB took its child past the limit);
+    otherwise after the checks, once their inputs are gone."""
+    count = len(TIMING_CASES)
+    while count > 1 and device_bytes is not None and (count + 1) * set_bytes > device_bytes // 4:
+        count -= 1
+    ahead = host_room is None or count * set_bytes <= host_room // 4
+    return count, ahead
 
 
 def timing_judge(reference: Any, config: Configuration, atol: float, rtol: float,
@@ -345,6 +369,20 @@ class CandidateStages:
             configuration=config.describe(), on_device=self.on_device,
             candidate_ops=pair.candidate_ops, reference_ops=pair.reference_ops)
 
+    def timing_inputs(self, config: Configuration, *, ahead: bool) -> Future[list[list[Any]]] | None:
+        """The timing input sets as the helper thread draws them, sized to the chip's and the host's memory
+        (`timing_sets_plan`); None where they are to be drawn later (asked `ahead`, they are too large now)."""
+        device = jax.devices()[0]
+        stats = device.memory_stats() if self.on_device else None
+        count, early = timing_sets_plan(input_bytes(config), (stats or {}).get("bytes_limit"), memory_allowance())
+        if ahead and not early:
+            return None
+        if count < len(TIMING_CASES):
+            self.report.notes.append(f"timed on {count} input set{'s' * (count > 1)} instead of "
+                                     f"{len(TIMING_CASES)}: {len(TIMING_CASES)} would not fit the chip's memory "
+                                     "beside the programs")
+        return self.ahead.submit(timing_input_sets, config, count)
+
     @functools.cached_property
     def ahead(self) -> ThreadPoolExecutor:
         """One helper thread for work the candidate's stages do not wait on yet (it ends with the process)."""
@@ -381,8 +419,9 @@ class CandidateStages:
             production = [p for p, _ in programs]
             report.ir_hash = ir_digest([text for _, text in programs])
             self.pass_ir_gate()
-            # The timing inputs are drawn while the candidate is checked: on a chip, seconds it would wait otherwise.
-            timing_inputs = self.ahead.submit(timing_input_sets, prod[0]) if self.measured else None
+            # The timing inputs are drawn while the candidate is checked (on a chip, seconds it would wait
+            # otherwise) when they are small beside the memory left; else after the checks.
+            timing_inputs = self.timing_inputs(prod[0], ahead=True) if self.measured else None
             self.enter("correctness")
             with self.timed("correctness.choosing_shapes"):
                 checks = self.check_shapes(task, ref_fn, cand_fn, production)
@@ -390,6 +429,7 @@ class CandidateStages:
             self.leave()
             if self.measured:
                 self.enter("performance")
+                timing_inputs = timing_inputs or self.timing_inputs(prod[0], ahead=False)
                 assert timing_inputs is not None
                 self.time_on_this_host(task, ref_fn, cand_fn, prod, timing_inputs)
                 self.leave()
