@@ -122,3 +122,21 @@ def test_timing_inputs_are_sized_to_the_chip_and_the_host() -> None:
     config = Configuration(dynamic=(ArgSpec((4, 8), "float32"), ArgSpec((16,), "bfloat16")), static=(2,))
     assert input_bytes(config) == 4 * 8 * 4 + 16 * 2
     assert len(timing_input_sets(config, 1)) == 1 and len(timing_input_sets(config)) == len(TIMING_CASES)
+
+
+def test_the_candidates_child_draws_its_timing_inputs_as_planned(monkeypatch) -> None:
+    import tpu_runner.candidate.child as child
+    from tpu_runner.reports import CandidateReport
+    from tpu_runner.tasks import ArgSpec, Configuration
+
+    config = Configuration(dynamic=(ArgSpec((64, 64), "float32"),), static=())
+    stages = object.__new__(child.CandidateStages)  # only what drawing the timing inputs uses
+    stages.report, stages.on_device = CandidateReport(stage="performance"), False
+    drawn = stages.timing_inputs(config, ahead=True)
+    assert drawn is not None and len(drawn.result()) == len(child.TIMING_CASES) and stages.report.notes == []
+    monkeypatch.setattr(child, "timing_sets_plan", lambda *_: (1, False))  # too large to draw beside the checks
+    assert stages.timing_inputs(config, ahead=True) is None
+    later = stages.timing_inputs(config, ahead=False)
+    assert later is not None and len(later.result()) == 1
+    assert stages.report.notes == ["timed on 1 input set instead of 3: 3 would not fit the chip's memory beside the "
+                                   "programs"]
