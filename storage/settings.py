@@ -50,8 +50,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("KERNELBOT_FULL_CHECK_ELEMENTS", "`8388608`", "correctness runs at the production shapes when their "
              "inputs and outputs hold at most this many elements (and the FLOPs below), else at smaller shapes"),
     Variable("KERNELBOT_FULL_CHECK_GFLOPS", "`20`", "the reference GFLOPs up to which production shapes are checked"),
-    Variable("KERNELBOT_STATIC_PROFILE", "`fast`", "`fast` or `exact` libtpu static cycle profile",
-             choices=("fast", "exact")),
+    Variable("KERNELBOT_STATIC_PROFILE", "`fast`", "`fast` or `exact` libtpu static cycle profile, or `off` (faster "
+             "compiles; estimates without the compiler's cycles)", choices=("fast", "exact", "off")),
     Variable("KERNELBOT_DATABASE_URL", "SQLite at `$KERNELBOT_HOME/kernelbot.db`",
              "e.g. `postgresql://user@host/kernelbot` (psycopg 3)", secret=True),
     Variable("KERNELBOT_JOB_MODULES", "none",

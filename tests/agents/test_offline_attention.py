@@ -99,7 +99,8 @@ def get_inputs():
 
 
 @pytest.mark.slow
-def test_public_attention_forms_get_ok_kernels_checked_across_blocks(tmp_path: Path, settings: Settings) -> None:
+def test_public_attention_forms_get_ok_kernels_checked_across_blocks(tmp_path: Path, settings: Settings,
+                                                                     verdict_settings: Settings) -> None:
     tasks = [_task(tmp_path, "bshd_gqa", BSHD_GQA), _task(tmp_path, "biased", BIASED),
              _task(tmp_path, "mla_absorbed", MLA_ABSORBED)]
     readings = read_tasks(tasks, settings)
@@ -118,7 +119,7 @@ def test_public_attention_forms_get_ok_kernels_checked_across_blocks(tmp_path: P
         kernel = tmp_path / f"{task.path.name}.py"
         kernel.write_text(source(spec, choose(spec, V6E)[0]))
         requests.append(EvalRequest(task.path, kernel, "v6e"))
-    results = evaluate_many(requests, settings)
+    results = evaluate_many(requests, verdict_settings)
     for result in results:
         assert result.verdict == "ok", result.message
         # Checked where the grid has two query blocks or more, so the steps across blocks ran.

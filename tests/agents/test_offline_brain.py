@@ -42,16 +42,19 @@ def _write(tmp: Path, name: str, code: str) -> Path:
 
 
 @pytest.mark.slow
-def test_every_recognised_suite_task_gets_an_ok_kernel(tmp_path: Path, settings: Settings) -> None:
+def test_every_recognised_suite_task_gets_an_ok_kernel(tmp_path: Path, settings: Settings,
+                                                       verdict_settings: Settings) -> None:
     requests = []
     tasks = [load_task(TASKS / name) for name in RECOGNISED]
     readings = read_tasks(tasks, settings)  # one child reads them all
     for name, task in zip(RECOGNISED, tasks, strict=True):
         spec = analyse(readings[task.digest], V6E)
         requests.append(EvalRequest(task.path, _write(tmp_path, name, source(spec, choose(spec, V6E)[0])), "v6e"))
-    results = evaluate_many(requests, settings)
+    results = evaluate_many(requests, verdict_settings)
     verdicts = {name: getattr(r, "message", repr(r)) for name, r in zip(RECOGNISED, results, strict=True)}
     assert all(getattr(r, "verdict", None) == "ok" for r in results), verdicts
+    # Without the static profile (KERNELBOT_STATIC_PROFILE=off) each estimate says what it went on without.
+    assert all(any("the static profile is off (KERNELBOT_STATIC_PROFILE=off)" in n for n in r.notes) for r in results)
 
 
 @pytest.mark.parametrize("name, what", [("grouped_matmul", "neither per element"),
@@ -159,7 +162,8 @@ def test_redirect_vocabulary() -> None:
 # --- property test: random epilogue chains after a matmul ------------------------------------------------------
 
 @pytest.mark.slow
-def test_random_epilogue_chains_get_ok_or_a_clear_refusal(tmp_path: Path, settings: Settings) -> None:
+def test_random_epilogue_chains_get_ok_or_a_clear_refusal(tmp_path: Path, settings: Settings,
+                                                          verdict_settings: Settings) -> None:
     rng = random.Random(20261130)
     shapes = [(256, 512, 384), (200, 384, 640), (512, 256, 1000), (136, 128, 256)]  # multiples and not
     requests, chains = [], []
@@ -172,7 +176,7 @@ def test_random_epilogue_chains_get_ok_or_a_clear_refusal(tmp_path: Path, settin
         params = {**choose(spec, V6E)[0], "FUSE_EPILOGUE": i % 2 == 0, "BUFFERS": 1 if i == 2 else 2}
         requests.append(EvalRequest(task.path, _write(tmp_path, f"k{i}", source(spec, params)), "v6e"))
         chains.append((chain, dtype, (m, k, n), params))
-    results = evaluate_many(requests, settings)
+    results = evaluate_many(requests, verdict_settings)
     failures = [(c, getattr(r, "message", repr(r))) for c, r in zip(chains, results, strict=True)
                 if getattr(r, "verdict", None) != "ok"]
     assert not failures, failures

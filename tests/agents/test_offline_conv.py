@@ -155,7 +155,7 @@ def get_inputs():
 
 
 @pytest.mark.slow
-def test_convolutions_get_ok_kernels(tmp_path: Path, settings: Settings) -> None:
+def test_convolutions_get_ok_kernels(tmp_path: Path, settings: Settings, verdict_settings: Settings) -> None:
     tasks = [_task(tmp_path, "conv2d_instance_norm", CONV2D_INSTANCE_NORM),
              _task(tmp_path, "conv3d_gelu_pool", CONV3D_GELU_POOL),
              _task(tmp_path, "conv2d_mish_wide_rows", CONV2D_MISH_WIDE_ROWS),
@@ -180,7 +180,7 @@ def test_convolutions_get_ok_kernels(tmp_path: Path, settings: Settings) -> None
         kernel = tmp_path / f"{task.task_id}.py"
         kernel.write_text(source(spec, choose(spec, V6E)[0]))
         requests.append(EvalRequest(task.path, kernel, "v6e"))
-    results = evaluate_many(requests, settings)
+    results = evaluate_many(requests, verdict_settings)
     messages = [getattr(r, "message", repr(r)) for r in results]
     assert [getattr(r, "verdict", None) for r in results] == ["ok"] * 6, messages
 

@@ -130,7 +130,8 @@ CASES = {  # name: (reference, family, what its description says)
 
 
 @pytest.mark.slow
-def test_each_family_without_a_suite_task_gets_an_ok_kernel(tmp_path: Path, settings: Settings) -> None:
+def test_each_family_without_a_suite_task_gets_an_ok_kernel(tmp_path: Path, settings: Settings,
+                                                            verdict_settings: Settings) -> None:
     tasks = [reference_task(tmp_path, name, reference, description=name.replace("_", " "), atol=3.0e-2, rtol=3.0e-2)
              for name, (reference, _, _) in CASES.items()]
     readings = read_tasks(tasks, settings)  # one sandboxed child reads them all
@@ -151,6 +152,6 @@ def test_each_family_without_a_suite_task_gets_an_ok_kernel(tmp_path: Path, sett
         requests.append(EvalRequest(task.path, kernel, "v6e"))
     # Group statistics and the pool's window sums are computed in the kernel as exact 0/1 matmuls over the groups.
     assert ["_seg_sum(" in code for code in sources] == [True, True, False, False, False, False]
-    results = evaluate_many(requests, settings)
+    results = evaluate_many(requests, verdict_settings)
     messages = [getattr(r, "message", repr(r)) for r in results]
     assert [getattr(r, "verdict", None) for r in results] == ["ok"] * len(CASES), messages

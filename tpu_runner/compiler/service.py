@@ -85,6 +85,8 @@ class _Server:
 
 def profiler_unavailable(static_profile: str) -> str | None:
     """Why this host's libtpu cannot give the static profile asked for, or None when it can."""
+    if static_profile == "off":
+        return "the static profile is off (KERNELBOT_STATIC_PROFILE=off)"
     if static_profile == "fast" and not knows_flag(FAST_FORWARD_FLAG):
         return ("this libtpu has no fast-forward static profiler (it came with jax 0.12's libtpu); "
                 "KERNELBOT_STATIC_PROFILE=exact gives cycles at a much higher compile cost")
