@@ -33,9 +33,9 @@ NOT_SIMULATED = {"ragged_paged_attention"}
 
 
 @pytest.fixture(scope="module")
-def real_results(settings: Settings) -> dict[str, EvalResult]:
+def real_results(verdict_settings: Settings) -> dict[str, EvalResult]:
     requests = [EvalRequest(TASKS / task, CORPUS / "real" / f"{name}.py", "v6e") for name, task in REAL.items()]
-    results = evaluate_many(requests, settings, workers=2)
+    results = evaluate_many(requests, verdict_settings, workers=2)  # verdicts and an estimate: no static profile
     out = {}
     for name, result in zip(REAL, results, strict=True):
         assert isinstance(result, EvalResult), f"{name}: {result!r}"
