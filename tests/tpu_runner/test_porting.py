@@ -194,7 +194,8 @@ def test_each_ported_task_gets_an_ok_kernel(ported: dict[str, PortResult], setti
     not_ported = {name: str(ported[name].error) for name in MODULES if not ported[name].ok}
     assert not not_ported, not_ported
     tasks = {name: load_task(ported[name].task_dir) for name in MODULES}  # type: ignore[arg-type]
-    candidates = [_candidate(name, tasks[name], settings, tmp_path) for name in MODULES]
+    with ThreadPoolExecutor(max_workers=PORT_THREADS) as pool:  # each brain reads its task in a child of its own
+        candidates = list(pool.map(lambda name: _candidate(name, tasks[name], settings, tmp_path), MODULES))
     results = evaluate_many([EvalRequest(tasks[c.name].path, c.kernel, "v6e") for c in candidates], verdict_settings)
     verdicts = {c.name: f"{c.written_by}: {getattr(r, 'message', repr(r))}"
                 for c, r in zip(candidates, results, strict=True)}
