@@ -38,7 +38,8 @@ _POLL_SECONDS = 0.2
 
 
 def with_chip_memory(limits: EvalLimits) -> EvalLimits:
-    """The limits of a child that opens the chip: its hold on the chip is resident memory beyond the evaluation's."""
+    """The limits of a child that opens the chip (its hold on the chip is resident memory beyond the evaluation's),
+    and of a chip host's float64 runs of a reference at production shapes (reference.store)."""
     return replace(limits, memory_mib=limits.memory_mib + CHIP_MEMORY_MIB)
 
 class ChipBusy(KernelbotError, RuntimeError):
