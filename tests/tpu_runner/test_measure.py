@@ -106,7 +106,7 @@ def test_the_timing_judge_accepts_what_only_the_float64_truth_explains() -> None
 
 
 def test_timing_inputs_are_sized_to_the_chip_and_the_host() -> None:
-    from tpu_runner.candidate.child import TIMING_CASES, input_bytes, timing_input_sets, timing_sets_plan
+    from tpu_runner.candidate.child import TIMING_CASES, timing_input_sets, timing_sets_plan
     from tpu_runner.tasks import ArgSpec, Configuration
 
     gib = 2**30
@@ -120,7 +120,7 @@ def test_timing_inputs_are_sized_to_the_chip_and_the_host() -> None:
     # Without a chip (or without a limit) nothing changes.
     assert timing_sets_plan(int(2.8e9), None, None) == (len(TIMING_CASES), True)
     config = Configuration(dynamic=(ArgSpec((4, 8), "float32"), ArgSpec((16,), "bfloat16")), static=(2,))
-    assert input_bytes(config) == 4 * 8 * 4 + 16 * 2
+    assert sum(a.nbytes for a in config.dynamic) == 4 * 8 * 4 + 16 * 2  # what the plan is given
     assert len(timing_input_sets(config, 1)) == 1 and len(timing_input_sets(config)) == len(TIMING_CASES)
 
 

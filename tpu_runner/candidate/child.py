@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
-import math
 import os
 import resource
 import sys
@@ -120,13 +119,6 @@ def timing_input_sets(config: Configuration, count: int = len(TIMING_CASES)) -> 
     sets = [case_inputs(config, case) for case in TIMING_CASES[:count]]
     assert all(s is not None for s in sets)  # only a "task" case can lack inputs
     return [s for s in sets if s is not None]
-
-
-def input_bytes(config: Configuration) -> int:
-    """Bytes of one set of the configuration's dynamic inputs."""
-    import numpy as np
-
-    return sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in config.dynamic)
 
 
 def timing_sets_plan(set_bytes: int, device_bytes: int | None, host_room: int | None) -> tuple[int, bool]:
@@ -372,9 +364,9 @@ class CandidateStages:
     def timing_inputs(self, config: Configuration, *, ahead: bool) -> Future[list[list[Any]]] | None:
         """The timing input sets as the helper thread draws them, sized to the chip's and the host's memory
         (`timing_sets_plan`); None where they are to be drawn later (asked `ahead`, they are too large now)."""
-        device = jax.devices()[0]
-        stats = device.memory_stats() if self.on_device else None
-        count, early = timing_sets_plan(input_bytes(config), (stats or {}).get("bytes_limit"), memory_allowance())
+        stats = (jax.devices()[0].memory_stats() if self.on_device else None) or {}
+        count, early = timing_sets_plan(sum(a.nbytes for a in config.dynamic), stats.get("bytes_limit"),
+                                        memory_allowance())
         if ahead and not early:
             return None
         if count < len(TIMING_CASES):

@@ -216,6 +216,12 @@ def _mismatch(comparison: Comparison) -> bool:
     return not comparison.ok and comparison.error is not None and comparison.error.kind == "mismatch"
 
 
+def _with_reason(comparison: Comparison, why: str) -> Comparison:
+    """A failed comparison whose detail ends with why it could not be judged further."""
+    assert comparison.error is not None
+    return replace(comparison, error=replace(comparison.error, detail=f"{comparison.error.detail} ({why})"))
+
+
 def judged(candidate: Any, expected: Any, atol: float, rtol: float, truth: Callable[[], OutputSet | None],
            perturbed: Callable[[], OutputSet | None]) -> tuple[Comparison, str]:
     """The candidate's outputs against the reference's, elementwise; where only values differ, again with the
@@ -226,9 +232,7 @@ def judged(candidate: Any, expected: Any, atol: float, rtol: float, truth: Calla
     if not _mismatch(comparison) or (asked := truth()) is None:
         return comparison, ""
     if (wide := _made(asked)) is None:  # too large to make here: judged elementwise, and the detail says why
-        assert comparison.error is not None
-        return replace(comparison, error=replace(comparison.error,
-                                                 detail=f"{comparison.error.detail} ({asked.note})")), ""
+        return _with_reason(comparison, asked.note), ""
     comparison = compare_outputs(candidate, expected, atol, rtol, wide)
     if not _mismatch(comparison):
         narrower = comparison.ok and wide.note  # passed by a float32 truth: the note says why not float64
@@ -236,9 +240,7 @@ def judged(candidate: Any, expected: Any, atol: float, rtol: float, truth: Calla
     if (moved := _made(asked_moved := perturbed())) is None:  # no sensitivity to judge by: the detail says why
         why = asked_moved.note if asked_moved is not None and asked_moved.note else "the reference does not run " \
             "in float64"
-        assert comparison.error is not None
-        return replace(comparison, error=replace(comparison.error, detail=f"{comparison.error.detail} (the task's "
-                                                 f"sensitivity to its inputs' rounding was not measured: {why})")), ""
+        return _with_reason(comparison, f"the task's sensitivity to its inputs' rounding was not measured: {why}"), ""
     sensitive, note = within_sensitivity(as_output_set(candidate), wide, moved)
     if sensitive:
         comparison = Comparison(True, comparison.max_abs_err, comparison.max_rel_err)

@@ -25,6 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jex_core
 
+from tpu_runner.analysis.jaxpr_walk import iter_eqns
+
 ROUNDED_PRIMITIVES = frozenset({"dot_general", "conv_general_dilated"})
 # Calls whose body runs inline: evaluated here, equation by equation, so their equations are rewritten too.
 INLINE_CALLS = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
@@ -200,17 +202,14 @@ LARGEST_VALUES_ALIVE = 3
 
 def _largest_value(jaxpr: Any, itemsize: int) -> int:
     """Bytes of the program's largest intermediate value with its floats at `itemsize`, nested calls included."""
-    inner = jaxpr.jaxpr if isinstance(jaxpr, jex_core.ClosedJaxpr) else jaxpr
     largest = 0
-    for eqn in inner.eqns:
+    for eqn in iter_eqns(jaxpr):
         for var in eqn.outvars:
             aval = getattr(var, "aval", None)
             shape, dtype = getattr(aval, "shape", None), getattr(aval, "dtype", None)
             if shape is not None and dtype is not None:
                 size = itemsize if _floating(dtype) else np.dtype(dtype).itemsize
                 largest = max(largest, int(np.prod(shape, dtype=np.int64)) * size)
-        for sub in _sub_jaxprs(eqn.params):
-            largest = max(largest, _largest_value(sub, itemsize))
     return largest
 
 
@@ -230,11 +229,10 @@ def widened_program(fn: Callable[..., Any], static: Sequence[Any], dynamic: Sequ
                                       sharding=cpu) for x in dynamic]
         compiled = jax.jit(lambda *d: evaluate(closed, d, rule)).lower(*avals).compile()
     stats = compiled.memory_analysis()
-    counted = sum(getattr(stats, k, 0) for k in ("argument_size_in_bytes", "output_size_in_bytes",
-                                                   "temp_size_in_bytes")) if stats is not None else 0
-    ends = sum(getattr(stats, k, 0) for k in ("argument_size_in_bytes", "output_size_in_bytes")) \
-        if stats is not None else 0
-    need = max(COUNT_MARGIN * counted, ends + LARGEST_VALUES_ALIVE * _largest_value(closed, rule.dtype.itemsize))
+    ends, temps = (getattr(stats, "argument_size_in_bytes", 0) + getattr(stats, "output_size_in_bytes", 0),
+                   getattr(stats, "temp_size_in_bytes", 0)) if stats is not None else (0, 0)
+    need = max(COUNT_MARGIN * (ends + temps),
+               ends + LARGEST_VALUES_ALIVE * _largest_value(closed, rule.dtype.itemsize))
 
     def run() -> Any:
         with jax.enable_x64(x64):
