@@ -47,14 +47,14 @@ def _draw(spec: ArgSpec, distribution: str, rng: np.random.Generator) -> np.ndar
     out = np.empty(spec.shape, dtype)
     flat = out.reshape(-1)
     for start in range(0, flat.size, DRAW_CHUNK):
-        flat[start:start + DRAW_CHUNK] = _floats(min(DRAW_CHUNK, flat.size - start), dtype, distribution, spec, rng)
+        flat[start:start + DRAW_CHUNK] = _floats(min(DRAW_CHUNK, flat.size - start), distribution, spec, rng)
     return out
 
 
-def _floats(n: int, dtype: np.dtype, distribution: str, spec: ArgSpec, rng: np.random.Generator) -> np.ndarray:
+def _floats(n: int, distribution: str, spec: ArgSpec, rng: np.random.Generator) -> np.ndarray:
     """`n` values of the distribution, drawn in float32 and scaled in place (float64 only for a float64 input: a
     float64 draw and its copies took ~7x a bf16 input's size)."""
-    wide = np.float64 if dtype == np.float64 else np.float32
+    wide = np.float64 if np.dtype(spec.dtype) == np.float64 else np.float32
     if distribution == "uniform":
         values = rng.random(n, dtype=wide)
         values *= 2.0
