@@ -212,6 +212,39 @@ def test_measured_path_runs_end_to_end_on_the_cpu_backend(tmp_path: Path, settin
     assert list((Path(result.artifacts["result"]).parent / "trace").glob("**/*.trace.json.gz"))
 
 
+CANCELLING_REFERENCE = """
+import jax
+import jax.numpy as jnp
+
+
+def computation(x):
+    return (x + 1e4) - 1e4  # in float32 the reference's own rounding error is ~1e-3
+
+
+def get_inputs():
+    return [jax.random.normal(jax.random.PRNGKey(0), (64, 256), jnp.float32)], []
+"""
+
+
+@pytest.mark.slow
+def test_outputs_that_differ_while_timing_are_judged_by_the_evaluator_against_a_float64_run(
+        tmp_path: Path, settings: Settings, spares: SparePool) -> None:
+    """The exact answer differs from the reference by the reference's own error on every input, the timing's too.
+    The candidate's child keeps those outputs (it runs no float64 reference: at production shapes on a chip it has
+    no memory left for one); the evaluator judges them against a float64 run on the timing's own inputs."""
+    from tpu_runner.reference import reference_store
+    from tpu_runner.tasks import TIMING_CASES
+
+    task = _task(tmp_path, "cancels", CANCELLING_REFERENCE)
+    exact = _kernel(tmp_path, "def computation(x):\n    return x * 1.0\n")
+    result = evaluate(EvalRequest(task, exact, "v6e", allow_pure_jax=True, measure=True), settings, spares=spares)
+    assert result.verdict == "ok", result.message
+    accepted = [n for n in result.notes if n.startswith("while timing")]
+    assert accepted and "within the reference's own error" in accepted[0], result.notes
+    made = list((reference_store(settings).cache_dir / "reference_outputs").glob(f"*.{TIMING_CASES[0].name}.truth.npz"))
+    assert made, "no float64 run of the reference on the timing's inputs"
+
+
 @pytest.mark.slow
 def test_a_kernel_made_for_its_production_shape_is_unverified_and_sent_to_the_fleets_chip(tmp_path: Path,
                                                                                        settings: Settings) -> None:

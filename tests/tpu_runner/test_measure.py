@@ -88,21 +88,24 @@ def test_a_judge_that_refuses_keeps_the_mismatch_of_every_iteration(tmp_path: Pa
     assert pair.notes == []
 
 
-def test_the_timing_judge_accepts_what_only_the_float64_truth_explains() -> None:
-    from tpu_runner.candidate.child import TIMING_CASES, timing_input_sets, timing_judge
-    from tpu_runner.tasks import ArgSpec, Configuration
+def test_the_candidates_child_keeps_differences_in_values_for_the_evaluator(tmp_path: Path) -> None:
+    from tpu_runner.candidate.child import keeping_judge
+    from tpu_runner.checking import load_outputs
+    from tpu_runner.tasks import TIMING_CASES
 
-    def cancels(x):  # (x + 1e4) - 1e4 in float32: the reference's own rounding error is ~1e-3
-        return (x + 1e4) - 1e4
-
-    config = Configuration(dynamic=(ArgSpec((256,), "float32"),), static=())
-    sets = timing_input_sets(config)
-    exact = jnp.asarray(sets[0][0])
-    judge = timing_judge(cancels, config, atol=1e-6, rtol=1e-6, input_sets=sets)
-    comparison, _ = judge(0, exact, cancels(exact))
-    assert comparison.ok  # the exact answer differs from the reference by the reference's own error
-    comparison, _ = judge(0, exact + 0.1, cancels(exact))
-    assert not comparison.ok and TIMING_CASES[0].distribution == "normal"
+    files: list[tuple[str, str]] = []
+    judge = keeping_judge(tmp_path, 1e-4, 1e-4, files)
+    pair = measure_pair(reference=_reference, candidate=_off_by(0.5), input_sets=_inputs(2, (64, 64)), static=(),
+                        trace_dir=tmp_path / "trace", atol=1e-4, rtol=1e-4, warmup=1, iterations=4, judge=judge)
+    assert pair.mismatches == [] and pair.kept == [(0, [0, 2]), (1, [1, 3])]
+    assert files == [(f"{c.name}.candidate.npz", f"{c.name}.reference.npz") for c in TIMING_CASES[:2]]
+    cand, ref = (load_outputs(tmp_path / name).leaves[0] for name in files[0])
+    assert np.allclose(cand - ref, 0.5)
+    # A second pair on a set already kept, and a difference that is not in values alone, are judged here.
+    assert judge(0, jnp.ones(4), jnp.zeros(4)) is not None
+    comparison, _ = judge(2, jnp.full(4, jnp.nan), jnp.zeros(4))
+    assert not comparison.ok and comparison.error is not None and comparison.error.kind != "mismatch"
+    assert len(files) == 2
 
 
 def test_timing_inputs_are_sized_to_the_chip_and_the_host() -> None:

@@ -32,11 +32,10 @@ from tpu_runner.checking import (
     CheckShape,
     Comparison,
     Production,
-    case_truth,
+    as_output_set,
     choose,
-    judged,
+    compare_outputs,
     memory_allowance,
-    perturbed_truth,
     run_candidate_case,
     save_outputs,
 )
@@ -48,6 +47,7 @@ from tpu_runner.reports import (
     CaseOutput,
     CheckReport,
     EvalError,
+    KeptDifference,
     MeasuredTimes,
     ProgramReport,
     Stage,
@@ -60,7 +60,7 @@ from tpu_runner.sandbox import integrity
 from tpu_runner.tasks import (
     ENTRY_POINTS,
     EVALUATOR_CASES,
-    Case,
+    TIMING_CASES,
     Configuration,
     Task,
     TaskError,
@@ -111,7 +111,6 @@ def _abstract(config: Configuration) -> list[Any]:
     return [jax.ShapeDtypeStruct(a.shape, np.dtype(a.dtype)) for a in config.dynamic] + list(config.static)
 
 
-TIMING_CASES = tuple(Case(f"timing{i}", "normal", 7 + i) for i in range(3))  # apart from the correctness cases
 
 
 def timing_input_sets(config: Configuration, count: int = len(TIMING_CASES)) -> list[list[Any]]:
@@ -136,19 +135,24 @@ def timing_sets_plan(set_bytes: int, device_bytes: int | None, host_room: int | 
     return count, ahead
 
 
-def timing_judge(reference: Any, config: Configuration, atol: float, rtol: float,
-                 input_sets: list[list[Any]]) -> Judgement:
-    """Outputs that differed while timing judged as the correctness stage judges them: against the float64 truth
-    on the same inputs (`input_sets`, as drawn for timing: `TIMING_CASES`), then the task's sensitivity, both made
-    on this host's CPU (a TPU has no float64) and only for a difference the elementwise check found."""
+def keeping_judge(outputs: Path, atol: float, rtol: float, kept: list[tuple[str, str]]) -> Judgement:
+    """Outputs that differed while timing, judged elementwise here; a difference in values only (which the float64
+    truth or the task's sensitivity may explain) is saved instead and kept for the evaluator to judge, as it judges
+    the correctness cases (`KeptDifference`). One pair per input set (a deterministic kernel gives one): its two
+    files are appended to `kept` in the order the judge was asked; another pair on the same set is judged here."""
+    sets_kept: set[int] = set()
 
-    def judge(k: int, cand: Any, ref: Any) -> tuple[Comparison, str]:
-        def on_cpu(made: Any) -> Any:
-            with jax.default_device(jax.devices("cpu")[0]):
-                return made(config=config, reference=reference, case=TIMING_CASES[k], host=input_sets[k])
-
-        return judged(cand, ref, atol, rtol, functools.partial(on_cpu, case_truth),
-                      functools.partial(on_cpu, perturbed_truth))
+    def judge(k: int, cand: Any, ref: Any) -> tuple[Comparison, str] | None:
+        comparison = compare_outputs(cand, ref, atol, rtol)
+        if comparison.ok or comparison.error is None or comparison.error.kind != "mismatch" or k in sets_kept:
+            return comparison, ""
+        sets_kept.add(k)
+        names = (f"{TIMING_CASES[k].name}.candidate.npz", f"{TIMING_CASES[k].name}.reference.npz")
+        for name, tree in zip(names, (cand, ref), strict=True):
+            held = as_output_set(tree)
+            save_outputs(outputs / name, held.tree, list(held.leaves))
+        kept.append(names)
+        return None
 
     return judge
 
@@ -349,17 +353,20 @@ class CandidateStages:
         atol, rtol = task.tolerance(0)
         with self.timed("performance.inputs"):
             input_sets = drawn.result()
+        files: list[tuple[str, str]] = []
         pair = measure_pair(reference=ref_fn, candidate=cand_fn, input_sets=input_sets,
                             static=config.static, trace_dir=self.artifacts / "trace", atol=atol, rtol=rtol,
-                            judge=timing_judge(ref_fn, config, atol, rtol, input_sets))
+                            judge=keeping_judge(self.outputs, atol, rtol, files))
         self.report.notes.extend(pair.notes)
+        kept = [KeptDifference(TIMING_CASES[k].name, iterations, cand, ref)
+                for (k, iterations), (cand, ref) in zip(pair.kept, files, strict=True)]
         self.report.measured = MeasuredTimes(
             candidate_ms=pair.candidate.median_ms, reference_ms=pair.reference.median_ms,
             candidate_spread_ms=pair.candidate.spread_ms, reference_spread_ms=pair.reference.spread_ms,
             iterations=len(pair.candidate.samples_ms), source=pair.candidate.source,
             device=jax.devices()[0].device_kind, mismatches=pair.mismatches[:3],
             configuration=config.describe(), on_device=self.on_device,
-            candidate_ops=pair.candidate_ops, reference_ops=pair.reference_ops)
+            candidate_ops=pair.candidate_ops, reference_ops=pair.reference_ops, kept=kept)
 
     def timing_inputs(self, config: Configuration, *, ahead: bool) -> Future[list[list[Any]]] | None:
         """The timing input sets as the helper thread draws them, sized to the chip's and the host's memory

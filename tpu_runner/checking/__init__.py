@@ -12,7 +12,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "check_configuration": "correctness", "Judge": "correctness", "judged": "correctness",
     "memory_allowance": "correctness", "perturbed_truth": "correctness",
     "ReferenceRun": "correctness", "run_candidate_case": "correctness", "run_reference_case": "correctness",
-    "compare_outputs": "compare", "Comparison": "compare",
+    "compare_outputs": "compare", "Comparison": "compare", "as_output_set": "compare",
     "as_on_tpu": "numerics", "widened": "numerics", "widened_program": "numerics",
     "load_outputs": "arrays", "OutputSet": "arrays", "save_outputs": "arrays",
 })

@@ -35,7 +35,7 @@ from tpu_runner.candidate import (
     run_candidate,
     stopped_error,
 )
-from tpu_runner.checking import CandidateFailed, CandidateRun, Judge, OutputSet, ReferenceRun, load_outputs
+from tpu_runner.checking import CandidateFailed, CandidateRun, Judge, OutputSet, ReferenceRun, judged, load_outputs
 from tpu_runner.hardware import ChipBusy, ChipSpec, get_chip, with_chip_memory
 from tpu_runner.reference import ReferenceStopped, output_key, reference_store
 from tpu_runner.reports import (
@@ -48,6 +48,7 @@ from tpu_runner.reports import (
     EvalError,
     EvalResult,
     Host,
+    KeptDifference,
     OutputJob,
     Stage,
     Verdict,
@@ -57,6 +58,7 @@ from tpu_runner.sandbox import ChildOutcome
 from tpu_runner.tasks import EVALUATOR_CASES, Task, TaskError, config_from_json, load_task
 from tpu_runner.timing import (
     CandidateProgram,
+    accepted_while_timing,
     band_text,
     estimated_performance,
     measured_performance,
@@ -271,6 +273,8 @@ class _Evaluation:
                 return self._fail("performance", EvalError("mismatch_while_timing", "outputs produced while timing "
                                   f"differ from the reference's on the same inputs: {first}"),
                                   "incorrect", correctness=correctness, ir_hash=ir_hash)
+            if (refused := self._judge_kept(report.measured.kept, production_json[0])) is not None:
+                return self._fail("performance", refused, "incorrect", correctness=correctness, ir_hash=ir_hash)
             perf, profile = measured_performance(chip, prod, programs, ref_costs, report.measured,
                                                  self.store.used_inputs(task), estimate=estimate)
             self._keep_trace()
@@ -396,6 +400,26 @@ class _Evaluation:
         """A float64 run of the reference the judge asks for (made once, then kept with the outputs)."""
         path, why = self.store.float64(self.task, job, case, part)
         return load_outputs(path) if path else OutputSet("", (), why)  # no leaves: the judge says why
+
+    def _judge_kept(self, kept: list[KeptDifference], config: dict[str, Any]) -> EvalError | None:
+        """Outputs that differed in values while timing, judged as the correctness cases are: against a float64 run
+        of the reference on the same timing inputs (its own child, with this host's memory for a reference), then
+        the task's sensitivity. The first refused is the error; the accepted ones are said in the notes."""
+        if not kept:
+            return None
+        atol, rtol = self.task.tolerance(0)
+        job = OutputJob(output_key(self.task, config, None, self.store.numerics), config, None, [k.case for k in kept])
+        outputs = self.workdir / "outputs"
+        for diff in kept:
+            comparison, note = judged(load_outputs(outputs / diff.candidate), load_outputs(outputs / diff.reference),
+                                      atol, rtol, partial(self._float64, job, diff.case, "truth"),
+                                      partial(self._float64, job, diff.case, "perturbed"))
+            if not comparison.ok and comparison.error is not None:
+                return EvalError("mismatch_while_timing", "outputs produced while timing differ from the reference's "
+                                 f"on the same inputs: iteration {diff.iterations[0]}: {comparison.error.kind}: "
+                                 f"{comparison.error.detail}")
+            self.notes.append(accepted_while_timing(diff.iterations[0], note))
+        return None
 
     @staticmethod
     def _config_index(check: CheckReport, index: int) -> int:

@@ -40,7 +40,7 @@ from tpu_runner.reports import (
     write_json,
 )
 from tpu_runner.tasks import (
-    EVALUATOR_CASES,
+    CASES_BY_NAME,
     TaskError,
     abstract_configurations,
     config_from_json,
@@ -126,7 +126,7 @@ def _outputs(request: ReferenceRequest, task_index: int, jobs: list[OutputJob], 
     work does not keep the chip waiting."""
     task = load_task(request.task_dirs[task_index])
     ref_fn = import_reference(task).computation
-    cases = {c.name: c for c in EVALUATOR_CASES}
+    cases = CASES_BY_NAME
     found: dict[str, dict[str, dict[str, str | None]]] = {}
     pending: list[Future[None]] = []
     for job in jobs:

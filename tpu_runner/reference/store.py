@@ -338,10 +338,11 @@ class ReferenceStore:
         The file, or None and why not: the reference cannot run in float64, or its child could not finish (the
         reason is kept beside the index, so a judgement made later says it too)."""
         root = self.cache_dir / "reference_outputs"
+        root.mkdir(parents=True, exist_ok=True)
         why_file = root / f"{job.key}.{case}.{part}.why"
         with _lock(f"outputs-{task.task_id}-{task.digest}"):
             index = root / f"{job.key}.json"
-            files = json.loads(index.read_text())
+            files = json.loads(index.read_text()) if index.is_file() else {}  # none: the timing's inputs
             if part not in files.get(case, {}):
                 one = OutputJob(job.key, job.config, job.values_from, [case], float64=part)
                 try:

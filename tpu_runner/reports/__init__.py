@@ -13,6 +13,6 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "CheckReport": "protocol", "ChildStart": "protocol", "CompileReply": "protocol", "CompileRequest": "protocol",
     "ExportedTask": "protocol", "MeasuredTimes": "protocol", "OutputJob": "protocol", "ProgramReport": "protocol",
     "ReferenceReport": "protocol", "ReferenceRequest": "protocol", "SandboxLimits": "protocol", "timed": "protocol",
-    "MEMORY_LIMIT_ENV": "protocol",
+    "MEMORY_LIMIT_ENV": "protocol", "KeptDifference": "protocol",
     "write_json": "protocol",
 })

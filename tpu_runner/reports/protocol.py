@@ -164,6 +164,18 @@ class ProgramReport:
 
 
 @dataclass
+class KeptDifference:
+    """Outputs that differed from the reference's while timing, beyond the tolerance in values only, kept for the
+    evaluator to judge against a float64 run of the reference on the same inputs (the candidate's child has neither
+    the memory for one at production shapes nor any business running the reference in float64)."""
+
+    case: str  # the timing input set (tasks.TIMING_CASES)
+    iterations: list[int]  # the timed iterations that gave these outputs
+    candidate: str  # file names in the outputs directory
+    reference: str
+
+
+@dataclass
 class MeasuredTimes:
     """The candidate and the reference timed in the candidate's child (interleaved, first production shape)."""
 
@@ -180,6 +192,7 @@ class MeasuredTimes:
     # The device's ops within one call (name, median ns), from the trace's device lane; empty without one.
     candidate_ops: list[tuple[str, float]] = field(default_factory=list)
     reference_ops: list[tuple[str, float]] = field(default_factory=list)
+    kept: list[KeptDifference] = field(default_factory=list)  # for the evaluator to judge
 
 
 @dataclass
@@ -209,7 +222,9 @@ class CandidateReport:
             checks.append(_build(CheckReport, c))
         data["checks"] = checks
         data["error"] = _error(data.get("error"))
-        data["measured"] = _build(MeasuredTimes, data["measured"]) if data.get("measured") else None
+        if measured := data.get("measured"):
+            measured = {**measured, "kept": [_build(KeptDifference, k) for k in measured.get("kept", [])]}
+        data["measured"] = _build(MeasuredTimes, measured) if measured else None
         return _build(cls, data)
 
 

@@ -13,7 +13,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "with_values": "task",
     "entry_point_params": "entry_point", "ENTRY_POINTS": "entry_point", "reference_param_count": "entry_point",
     "Case": "inputs", "case_inputs": "inputs", "drawn_ahead": "inputs", "EVALUATOR_CASES": "inputs",
-    "LARGE_SCALE": "inputs", "DRAW": "inputs",
+    "TIMING_CASES": "inputs", "CASES_BY_NAME": "inputs", "LARGE_SCALE": "inputs", "DRAW": "inputs",
     "parse": "pysource",
     "add_checked_task": "reference_check", "AddedTask": "reference_check", "check_reference": "reference_check",
     "CHECK_SECONDS": "reference_check", "files_digest": "reference_check", "read_task_files": "reference_check",

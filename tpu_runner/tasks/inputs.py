@@ -25,6 +25,10 @@ EVALUATOR_CASES: tuple[Case, ...] = (
     Case("uniform", "uniform", 104729),
     Case("large", "large", 1299709),
 )
+# The timing's input sets, apart from the correctness cases: outputs that differ on them are judged against a
+# float64 run of the reference on the same draw (reference.store), so the reference's child draws them too.
+TIMING_CASES: tuple[Case, ...] = tuple(Case(f"timing{i}", "normal", 7 + i) for i in range(3))
+CASES_BY_NAME: dict[str, Case] = {c.name: c for c in (*EVALUATOR_CASES, *TIMING_CASES)}
 LARGE_SCALE = 64.0
 # Which draw made a case's values: part of the key of the reference's outputs kept for them (reference.store), so
 # outputs kept for another draw are never compared against these inputs.

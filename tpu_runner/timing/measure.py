@@ -53,6 +53,8 @@ class MeasuredPair:
     candidate: Timing
     mismatches: list[str] = field(default_factory=list)  # outputs that differed while timing
     notes: list[str] = field(default_factory=list)  # differences the judge accepted, and why
+    # Differences the judge kept for later: (input set, the iterations that gave them), in the order it was asked.
+    kept: list[tuple[int, list[int]]] = field(default_factory=list)
     reference_ops: list[tuple[str, float]] = field(default_factory=list)  # `device_ops` of each
     candidate_ops: list[tuple[str, float]] = field(default_factory=list)
 
@@ -146,7 +148,9 @@ def _identical() -> Callable[[Any, Any], Any]:
                                                                    strict=True)])))
 
 
-Judgement = Callable[[int, Any, Any], tuple[Comparison, str]]
+# judge(input set, candidate's outputs, reference's) -> (comparison, note on how it passed), or None: kept to be
+# judged elsewhere (the evaluator judges values that differ against a float64 run it has made).
+Judgement = Callable[[int, Any, Any], tuple[Comparison, str] | None]
 
 
 def _same_form(c: Any, r: Any) -> bool:
@@ -164,8 +168,8 @@ def measure_pair(*, reference: Callable[..., Any], candidate: Callable[..., Any]
     TPU host); outputs are compared on the device, and moved to the host only to describe a difference.
 
     A difference is judged after the timed loop by `judge(input set, candidate's, reference's outputs)` when
-    given (as the correctness stage judges: the float64 truth, the task's sensitivity), else elementwise; outputs
-    identical to ones judged already on the same input set share that judgement."""
+    given (it may keep one to be judged elsewhere: `MeasuredPair.kept`), else elementwise; outputs identical to
+    ones judged already on the same input set share that judgement."""
     argnums = tuple(range(len(input_sets[0]), len(input_sets[0]) + len(static)))
     fns = {REFERENCE_NAME: jax.jit(_named(reference, REFERENCE_NAME), static_argnums=argnums),
            CANDIDATE_NAME: jax.jit(_named(candidate, CANDIDATE_NAME), static_argnums=argnums)}
@@ -205,7 +209,7 @@ def measure_pair(*, reference: Callable[..., Any], candidate: Callable[..., Any]
                 same.append(i)
             else:
                 held.append((cand, ref, [i]))
-    mismatches, notes = _judged(differed, judge or (lambda _k, c, r: (compare_outputs(c, r, atol, rtol), "")))
+    mismatches, notes, kept = _judged(differed, judge or (lambda _k, c, r: (compare_outputs(c, r, atol, rtol), "")))
     timings = {}
     trace_path = _trace_file(trace_dir)
     for name in fns:
@@ -214,22 +218,31 @@ def measure_pair(*, reference: Callable[..., Any], candidate: Callable[..., Any]
             samples, source = wall[name], "wall_clock"
         timings[name] = Timing(tuple(samples), source)
     ops = {name: device_ops(trace_path, name) if trace_path else [] for name in fns}
-    return MeasuredPair(timings[REFERENCE_NAME], timings[CANDIDATE_NAME], mismatches, notes, ops[REFERENCE_NAME],
-                        ops[CANDIDATE_NAME])
+    return MeasuredPair(timings[REFERENCE_NAME], timings[CANDIDATE_NAME], mismatches, notes, kept,
+                        ops[REFERENCE_NAME], ops[CANDIDATE_NAME])
 
 
-def _judged(differed: dict[int, list[tuple[Any, Any, list[int]]]], judge: Judgement) -> tuple[list[str], list[str]]:
-    """The mismatches among outputs that differed while timing (one per iteration, in order), and notes on the
-    differences the judge accepted; each distinct pair of outputs is judged once."""
+def accepted_while_timing(iteration: int, note: str) -> str:
+    """The note on outputs that differed while timing beyond the tolerance and were judged right all the same."""
+    why = note or "within the reference's own error (its float64 truth)"
+    return f"while timing, iteration {iteration}'s outputs differ from the reference's beyond the tolerance, {why}"
+
+
+def _judged(differed: dict[int, list[tuple[Any, Any, list[int]]]], judge: Judgement
+            ) -> tuple[list[str], list[str], list[tuple[int, list[int]]]]:
+    """The mismatches among outputs that differed while timing (one per iteration, in order), notes on the
+    differences the judge accepted, and the ones it kept; each distinct pair of outputs is judged once."""
     mismatches: list[tuple[int, str]] = []
     notes: list[str] = []
+    kept: list[tuple[int, list[int]]] = []
     for k, held in differed.items():
         for cand, ref, iterations in held:
-            comparison, note = judge(k, cand, ref)
+            if (judgement := judge(k, cand, ref)) is None:
+                kept.append((k, iterations))
+                continue
+            comparison, note = judgement
             if comparison.ok or comparison.error is None:
-                why = note or "within the reference's own error (its float64 truth)"
-                notes.append(f"while timing, iteration {iterations[0]}'s outputs differ from the reference's beyond "
-                             f"the tolerance, {why}")
+                notes.append(accepted_while_timing(iterations[0], note))
             else:
                 mismatches += [(i, f"{comparison.error.kind}: {comparison.error.detail}") for i in iterations]
-    return [f"iteration {i}: {m}" for i, m in sorted(mismatches)], notes
+    return [f"iteration {i}: {m}" for i, m in sorted(mismatches)], notes, kept
