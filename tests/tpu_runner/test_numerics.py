@@ -115,3 +115,23 @@ def test_the_truth_narrows_to_float32_where_float64_would_pass_the_memory_limit(
     assert not comparison.ok and comparison.error is not None
     assert comparison.error.detail.endswith("(the task's sensitivity to its inputs' rounding was not measured: "
                                             "its float64 run on this host's CPU stopped: out of time)")
+
+
+def _head_scores(q: jax.Array) -> jax.Array:
+    """Each head's [n, n] scores (the program's largest values), then [n, d] outputs: independent head by head."""
+    return jnp.einsum("hnm,hmd->hnd", jnp.tanh(jnp.einsum("hnd,hmd->hnm", q, q)), q)
+
+
+def test_a_truth_too_large_whole_is_made_slice_by_slice_where_the_reference_allows(monkeypatch) -> None:
+    """5p's float64 truth would need ~108 GiB whole; head by head it fits. Made in slices, it is the truth itself."""
+    q = np.asarray(jax.random.normal(jax.random.PRNGKey(4), (8, 512, 16), jnp.float32))
+    _, narrow_need = widened_program(_head_scores, (), [q], np.float32)
+    config = Configuration(dynamic=(ArgSpec(q.shape, "float32"),), static=())
+    limit_mib = (narrow_need // 2 / 2**20 + rss_mib(os.getpid())) / 0.9  # not even float32 fits whole
+    monkeypatch.setenv(MEMORY_LIMIT_ENV, str(int(limit_mib)))
+    sliced = case_truth(config=config, reference=_head_scores, case=EVALUATOR_CASES[1], host=[q])
+    assert sliced is not None and sliced.leaves, sliced
+    assert sliced.note.startswith("its float64 truth, made in ") and "of 8 along the inputs' axis 0" in sliced.note
+    wide = q.astype(np.float64)
+    exact = np.einsum("hnm,hmd->hnd", np.tanh(np.einsum("hnd,hmd->hnm", wide, wide)), wide)
+    np.testing.assert_allclose(sliced.leaves[0], exact, rtol=1e-10)

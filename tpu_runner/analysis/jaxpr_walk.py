@@ -9,6 +9,10 @@ from jax.extend import core as jex_core
 
 KERNEL_PRIMITIVES = frozenset({"pallas_call", "mpmd_map"})  # mpmd_map: pl.kernel / core_map
 CALLBACK_PRIMITIVES = frozenset({"pure_callback", "io_callback", "debug_callback", "callback", "host_callback"})
+# Calls whose body runs inline, by the parameter that holds it: program rewrites and analyses go into them.
+INLINE_CALLS = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
+                "remat": "jaxpr", "checkpoint": "jaxpr", "custom_jvp_call": "call_jaxpr",
+                "custom_vjp_call": "call_jaxpr", "custom_vjp_call_jaxpr": "fun_jaxpr"}
 
 
 def sub_jaxprs(value: Any) -> Iterator[Any]:

@@ -33,7 +33,7 @@ from tpu_runner.checking.compare import (
     same_bytes,
     within_sensitivity,
 )
-from tpu_runner.checking.numerics import widened_program
+from tpu_runner.checking.numerics import sliced_widened_program, widened_program
 from tpu_runner.reports import MEMORY_LIMIT_ENV, CorrectnessCase, EvalError, from_exception, interpreter_limitation
 from tpu_runner.sandbox import rss_mib
 from tpu_runner.tasks import EVALUATOR_CASES, Case, Configuration, TaskError, case_inputs
@@ -154,20 +154,36 @@ def _truth(reference: Callable[..., Any], host: list[np.ndarray], config: Config
     that way, and no leaves with a note saying why where neither would fit (`_made` tells them apart)."""
     dynamic = [np.asarray(x) for x in host]
     allowance, note = memory_allowance(), ""
-    for dtype in (np.float64, np.float32):
-        try:
-            run, need = widened_program(reference, config.static, dynamic, dtype)
-            if allowance is not None and need > allowance:
-                note = note or (f"float64 would need ~{need / 2**30:.1f} GiB, beyond the {allowance / 2**30:.1f} "
-                                "GiB this evaluation has left")
+    needs: dict[Any, int] = {}
+    try:
+        for dtype in (np.float64, np.float32):
+            run, needs[dtype] = widened_program(reference, config.static, dynamic, dtype)
+            if allowance is not None and needs[dtype] > allowance:
+                note = note or (f"float64 would need ~{needs[dtype] / 2**30:.1f} GiB, beyond the "
+                                f"{allowance / 2**30:.1f} GiB this evaluation has left")
                 continue
-            out = as_output_set(run())
-        except Exception:  # noqa: BLE001 - a reference that cannot run so simply has no truth
-            return None
-        leaves = tuple(np.asarray(x, np.float64) if np.asarray(x).dtype.kind == "f" else x for x in out.leaves)
-        return OutputSet(out.tree, leaves, f"its float32 truth: {note}" if note else "")
+            return _widened_truth(run(), dtype, note)
+        # Neither fits whole: a slice at a time, where the reference computes its outputs independently along an
+        # axis (5p's attention, head by head: ~108 GiB whole in float64).
+        assert allowance is not None
+        for dtype in (np.float64, np.float32):
+            if (sliced := sliced_widened_program(reference, config.static, dynamic, dtype, allowance,
+                                                 needs[dtype])) is not None:
+                run, how = sliced
+                return _widened_truth(run(), dtype, f"{note}; {how}" if dtype == np.float32 else how)
+    except Exception:  # noqa: BLE001 - a reference that cannot run so simply has no truth
+        return None
     # Neither fits: no leaves, and the note says why, for the judgement that asked.
-    return OutputSet("", (), f"no float64 truth to judge it by: {note}; float32 would not fit either")
+    return OutputSet("", (), f"no float64 truth to judge it by: {note}; float32 would not fit either, nor in "
+                     "slices")
+
+
+def _widened_truth(outputs: Any, dtype: Any, note: str) -> OutputSet:
+    out = as_output_set(outputs)
+    leaves = tuple(np.asarray(x, np.float64) if np.asarray(x).dtype.kind == "f" else x for x in out.leaves)
+    if dtype == np.float32:
+        return OutputSet(out.tree, leaves, f"its float32 truth: {note}")
+    return OutputSet(out.tree, leaves, f"its float64 truth, {note}" if note else "")
 
 
 def _made(truth: OutputSet | None) -> OutputSet | None:

@@ -25,13 +25,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jex_core
 
-from tpu_runner.analysis.jaxpr_walk import iter_eqns
+from tpu_runner.analysis.jaxpr_walk import INLINE_CALLS, iter_eqns
+from tpu_runner.analysis.separable import Slicing, same_program, slicings
 
 ROUNDED_PRIMITIVES = frozenset({"dot_general", "conv_general_dilated"})
-# Calls whose body runs inline: evaluated here, equation by equation, so their equations are rewritten too.
-INLINE_CALLS = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
-                "remat": "jaxpr", "checkpoint": "jaxpr", "custom_jvp_call": "call_jaxpr",
-                "custom_vjp_call": "call_jaxpr", "custom_vjp_call_jaxpr": "fun_jaxpr"}
 DTYPE_PARAMS = ("preferred_element_type", "new_dtype", "dtype")
 
 
@@ -234,12 +231,64 @@ def widened_program(fn: Callable[..., Any], static: Sequence[Any], dynamic: Sequ
     need = max(COUNT_MARGIN * (ends + temps),
                ends + LARGEST_VALUES_ALIVE * _largest_value(closed, rule.dtype.itemsize))
 
-    def run() -> Any:
+    def run(inputs: Sequence[np.ndarray] | None = None) -> Any:
+        """The program on `dynamic`, or on other inputs of the same shapes and dtypes."""
         with jax.enable_x64(x64):
-            wide = [jax.device_put(rule.value(np.asarray(x)), cpu) for x in dynamic]
+            wide = [jax.device_put(rule.value(np.asarray(x)), cpu) for x in (dynamic if inputs is None else inputs)]
             return jax.tree.unflatten(out_tree, compiled(*wide))
 
     return run, int(need)
+
+
+def _piece(x: np.ndarray, axis: int | None, index: int, pieces: int) -> np.ndarray:
+    if axis is None:
+        return x
+    step = x.shape[axis] // pieces
+    return x[(slice(None),) * axis + (slice(index * step, (index + 1) * step),)]
+
+
+def sliced_widened_program(fn: Callable[..., Any], static: Sequence[Any], dynamic: Sequence[np.ndarray],
+                           dtype: Any, room: int, whole_need: int) -> tuple[Callable[[], Any], str] | None:
+    """`widened_program` run a slice at a time, for a program too large to run whole in `room` bytes: where it
+    computes its outputs independently along an axis of its inputs (`analysis.separable`), in the fewest slices
+    one of which fits beside the whole outputs. The call and how it slices, or None where no slicing fits."""
+    def traced(inputs: Sequence[Any]) -> Any:
+        return jax.make_jaxpr(lambda *d: fn(*d, *static))(*inputs)
+
+    closed = traced(dynamic)
+    outs = jax.eval_shape(lambda *d: fn(*d, *static), *dynamic)
+    wide = np.dtype(dtype).itemsize
+    out_bytes = sum(int(np.prod(o.shape)) * (wide if _floating(o.dtype) else np.dtype(o.dtype).itemsize)
+                    for o in jax.tree.leaves(outs))
+    for slicing in slicings(closed):
+        for pieces in (n for n in range(2, slicing.size + 1) if slicing.size % n == 0):
+            if whole_need * (1 - slicing.shrinks + slicing.shrinks / pieces) + out_bytes > room:
+                continue  # the slice's work alone would not fit: not worth compiling
+            first = [_piece(x, a, 0, pieces) for x, a in zip(dynamic, slicing.in_axes, strict=True)]
+            if not same_program(closed, traced(first), slicing, pieces):
+                break  # the reference traces to another program at a slice's shapes: not this slicing
+            run_piece, need = widened_program(fn, static, first, dtype)
+            if need + out_bytes > room:
+                continue
+
+            def run(slicing: Slicing = slicing, pieces: int = pieces, run_piece: Callable[..., Any] = run_piece
+                    ) -> Any:
+                whole: list[np.ndarray] = []
+                tree = None
+                for i in range(pieces):
+                    part = run_piece([_piece(x, a, i, pieces) for x, a in zip(dynamic, slicing.in_axes, strict=True)])
+                    leaves, tree = jax.tree.flatten(part)
+                    for j, (leaf, axis) in enumerate(zip(leaves, slicing.out_axes, strict=True)):
+                        leaf = np.asarray(leaf)
+                        if len(whole) <= j:
+                            shape = list(leaf.shape)
+                            shape[axis] *= pieces
+                            whole.append(np.empty(shape, leaf.dtype))
+                        _piece(whole[j], axis, i, pieces)[...] = leaf
+                return jax.tree.unflatten(tree, whole)
+
+            return run, f"made in {pieces} slices of {slicing.describe()}"
+    return None
 
 
 def widened(fn: Callable[..., Any], static: Sequence[Any], dynamic: Sequence[np.ndarray],
