@@ -135,3 +135,27 @@ def test_a_truth_too_large_whole_is_made_slice_by_slice_where_the_reference_allo
     wide = q.astype(np.float64)
     exact = np.einsum("hnm,hmd->hnd", np.tanh(np.einsum("hnd,hmd->hnm", wide, wide)), wide)
     np.testing.assert_allclose(sliced.leaves[0], exact, rtol=1e-10)
+
+
+def test_the_sensitivity_moves_each_input_by_one_unit_roundoff_a_chunk_at_a_time() -> None:
+    """A bf16 input moved by 1 +- 2^-8 is exact in float32 (5p's 1G-element bias, moved whole in float64 with its
+    signs, took 25 GB); a float32 one needs float64. The move is the same on every call with the same seed."""
+    import tracemalloc
+
+    from tpu_runner.checking.correctness import _perturbed
+    from tpu_runner.tasks import DRAW_CHUNK
+
+    rng = np.random.default_rng(1)
+    half = rng.standard_normal(3 * DRAW_CHUNK).astype(jnp.bfloat16)
+    single = rng.standard_normal(1000).astype(np.float32)
+    tracemalloc.start()
+    moved_half, moved_single = _perturbed([half, single], 5)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert moved_half.dtype == np.float32 and moved_single.dtype == np.float64
+    assert peak < moved_half.nbytes + 24 * DRAW_CHUNK  # the result and one chunk's work, not the whole in float64
+    nonzero = half != 0
+    ratio = moved_half[nonzero] / half[nonzero].astype(np.float64) - 1
+    assert set(np.unique(ratio * 2**8)) == {-1.0, 1.0}
+    assert set(np.unique(moved_single / single.astype(np.float64) - 1) * 2**24) == {-1.0, 1.0}
+    assert np.array_equal(_perturbed([half], 5)[0], moved_half)

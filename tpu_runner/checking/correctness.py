@@ -36,7 +36,7 @@ from tpu_runner.checking.compare import (
 from tpu_runner.checking.numerics import sliced_widened_program, widened_program
 from tpu_runner.reports import MEMORY_LIMIT_ENV, CorrectnessCase, EvalError, from_exception, interpreter_limitation
 from tpu_runner.sandbox import rss_mib
-from tpu_runner.tasks import EVALUATOR_CASES, Case, Configuration, TaskError, case_inputs
+from tpu_runner.tasks import DRAW_CHUNK, EVALUATOR_CASES, Case, Configuration, TaskError, case_inputs
 
 INTERPRETER_LIMIT = "interpret_unsupported"  # the simulator, not the kernel, failed: correctness not checkable here
 
@@ -128,16 +128,25 @@ UNIT_ROUNDOFF = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11, "float32": 2.0 **
 
 
 def _perturbed(host: list[np.ndarray], seed: int) -> list[np.ndarray]:
-    """Each floating input moved by one unit roundoff of its dtype, with a random sign per element."""
+    """Each floating input moved by one unit roundoff of its dtype, with a random sign per element, a chunk at a
+    time (5p's 1G-element bias, moved whole in float64 with its signs, took 25 GB). A 16-bit float moved so is
+    exact in float32 (its 8 or 11 bits of mantissa times 1 +- u), a wider one needs float64."""
     rng = np.random.default_rng(seed)
     out = []
     for x in host:
-        if floating(np.asarray(x).dtype):
-            u = UNIT_ROUNDOFF.get(np.asarray(x).dtype.name, 2.0 ** -24)
-            wide = np.asarray(x).astype(np.float64)
-            out.append(wide * (1.0 + u * rng.choice((-1.0, 1.0), size=wide.shape)))
-        else:
+        x = np.asarray(x)
+        if not floating(x.dtype):
             out.append(x)
+            continue
+        u = UNIT_ROUNDOFF.get(x.dtype.name, 2.0 ** -24)
+        moved = np.empty(x.shape, np.float32 if x.dtype.itemsize <= 2 else np.float64)
+        flat, source = moved.reshape(-1), x.reshape(-1)
+        for start in range(0, flat.size, DRAW_CHUNK):
+            part = source[start:start + DRAW_CHUNK].astype(moved.dtype)
+            signs = rng.integers(0, 2, size=part.size).astype(moved.dtype)
+            part *= 1.0 + u * (2.0 * signs - 1.0)
+            flat[start:start + DRAW_CHUNK] = part
+        out.append(moved)
     return out
 
 
