@@ -237,13 +237,16 @@ def slicing_of(closed: Any, in_axes: Sequence[int | None]) -> Slicing | None:
         return None
     if any(a is None for a, _ in outs):
         return None
+    length = sizes.pop()
     sliced = total = 0
     for eqn in iter_eqns(jaxpr):
         for var in eqn.outvars:
-            size = math.prod(_shape(var))
-            total += size
-            sliced += size if tags.read(var)[0] is not None else 0
-    return Slicing(tuple(in_axes), tuple(a for a, _ in outs if a is not None), sizes.pop(), sliced / max(total, 1))
+            shape, (axis, constant) = _shape(var), tags.read(var)
+            total += math.prod(shape)
+            # sliced, or broadcast along an axis of that length (5p's causal mask, as long as the scores)
+            if axis is not None or any(shape[c] == length for c in constant):
+                sliced += math.prod(shape)
+    return Slicing(tuple(in_axes), tuple(a for a, _ in outs if a is not None), length, sliced / max(total, 1))
 
 
 def slicings(closed: Any) -> list[Slicing]:

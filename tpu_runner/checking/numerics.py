@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jex_core
 
-from tpu_runner.analysis.jaxpr_walk import INLINE_CALLS, iter_eqns
+from tpu_runner.analysis.jaxpr_walk import INLINE_CALLS, iter_eqns, sub_jaxprs
 from tpu_runner.analysis.separable import Slicing, same_program, slicings
 
 ROUNDED_PRIMITIVES = frozenset({"dot_general", "conv_general_dilated"})
@@ -110,19 +110,8 @@ class _Widened(Rule):
         return x
 
 
-def _sub_jaxprs(params: dict[str, Any]) -> list[Any]:
-    found = []
-    for value in params.values():
-        for item in value if isinstance(value, tuple | list) else (value,):
-            if isinstance(item, jex_core.ClosedJaxpr | jex_core.Jaxpr):
-                found.append(item)
-    return found
-
-
 def _touches(jaxpr: Any, rule: Rule) -> bool:
-    inner = jaxpr.jaxpr if isinstance(jaxpr, jex_core.ClosedJaxpr) else jaxpr
-    return any(rule.touches(eqn) or any(_touches(sub, rule) for sub in _sub_jaxprs(eqn.params))
-               for eqn in inner.eqns)
+    return any(rule.touches(eqn) for eqn in iter_eqns(jaxpr))
 
 
 def _closed(jaxpr: Any) -> jex_core.ClosedJaxpr:
@@ -144,7 +133,7 @@ def _apply(eqn: Any, args: list[Any], rule: Rule) -> list[Any]:
     if key is not None and key in eqn.params and _touches(eqn.params[key], rule):
         return list(evaluate(_closed(eqn.params[key]), args, rule))
     params = rule.params(eqn)
-    if any(_touches(sub, rule) for sub in _sub_jaxprs(eqn.params)):
+    if any(_touches(sub, rule) for value in eqn.params.values() for sub in sub_jaxprs(value)):
         for k, v in eqn.params.items():
             if isinstance(v, jex_core.ClosedJaxpr):
                 params[k] = _rewritten(v, rule)
@@ -262,8 +251,8 @@ def sliced_widened_program(fn: Callable[..., Any], static: Sequence[Any], dynami
                     for o in jax.tree.leaves(outs))
     for slicing in slicings(closed):
         for pieces in (n for n in range(2, slicing.size + 1) if slicing.size % n == 0):
-            if whole_need * (1 - slicing.shrinks + slicing.shrinks / pieces) + out_bytes > room:
-                continue  # the slice's work alone would not fit: not worth compiling
+            if whole_need / pieces + out_bytes > room:
+                continue  # not even an even share of the whole would fit: not worth compiling
             first = [_piece(x, a, 0, pieces) for x, a in zip(dynamic, slicing.in_axes, strict=True)]
             if not same_program(closed, traced(first), slicing, pieces):
                 break  # the reference traces to another program at a slice's shapes: not this slicing
