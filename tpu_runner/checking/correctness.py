@@ -172,19 +172,22 @@ def _truth(reference: Callable[..., Any], host: list[np.ndarray], config: Config
                                 f"{allowance / 2**30:.1f} GiB this evaluation has left")
                 continue
             return _widened_truth(run(), dtype, note)
-        # Neither fits whole: a slice at a time, where the reference computes its outputs independently along an
-        # axis (5p's attention, head by head: ~108 GiB whole in float64).
-        assert allowance is not None
+    except Exception:  # noqa: BLE001 - a reference that cannot run so simply has no truth
+        return None
+    # Neither fits whole: a slice at a time, where the reference computes its outputs independently along an axis
+    # (5p's attention, head by head: ~108 GiB whole in float64).
+    assert allowance is not None
+    why = "float32 would not fit either, nor a slice of it"
+    try:
         for dtype in (np.float64, np.float32):
             if (sliced := sliced_widened_program(reference, config.static, dynamic, dtype, allowance,
                                                  needs[dtype])) is not None:
                 run, how = sliced
                 return _widened_truth(run(), dtype, f"{note}; {how}" if dtype == np.float32 else how)
-    except Exception:  # noqa: BLE001 - a reference that cannot run so simply has no truth
-        return None
+    except Exception as exc:  # noqa: BLE001 - said in the note: the judgement goes on without a truth
+        why = f"float32 would not fit either, and running it in slices failed: {type(exc).__name__}: {exc}"[:300]
     # Neither fits: no leaves, and the note says why, for the judgement that asked.
-    return OutputSet("", (), f"no float64 truth to judge it by: {note}; float32 would not fit either, nor in "
-                     "slices")
+    return OutputSet("", (), f"no float64 truth to judge it by: {note}; {why}")
 
 
 def _widened_truth(outputs: Any, dtype: Any, note: str) -> OutputSet:
