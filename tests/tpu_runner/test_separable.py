@@ -7,6 +7,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import pytest
 
 from tpu_runner.analysis.separable import same_program, slicings
 
@@ -60,3 +61,33 @@ def test_a_reference_that_traces_otherwise_at_a_slices_shapes_is_not_sliced() ->
     assert not same_program(whole, jax.make_jaxpr(by_rows)(jax.ShapeDtypeStruct((4, 16), jnp.float32)), rows, 2)
     columns = next(s for s in slicings(whole) if s.in_axes == (1,))
     assert same_program(whole, jax.make_jaxpr(by_rows)(jax.ShapeDtypeStruct((8, 8), jnp.float32)), columns, 2)
+
+
+@pytest.mark.parametrize("task_dir", ["tasks/causal_attention", "tasks/layer_norm",
+                                      "benchmarks/measured/39k_Conv2d_GELU_GlobalAvgPool"])
+def test_a_truth_made_in_slices_is_the_whole_truth_for_real_references(task_dir: str) -> None:
+    """At a small shape each of these references is sliced (heads, rows, a convolution's output channels) and its
+    float64 truth made in slices equals the one made whole."""
+    import numpy as np
+
+    from tests.conftest import REPO
+    from tpu_runner.checking import derived_candidates, free_axes, reference_form
+    from tpu_runner.checking.numerics import sliced_widened_program, widened_program
+    from tpu_runner.tasks import EVALUATOR_CASES, abstract_configurations, case_inputs, import_reference, load_task
+
+    task = load_task(REPO / task_dir)
+    fn = import_reference(task).computation
+    config = abstract_configurations(task)[0]
+    free = free_axes(config, fn, reference_form(config, fn))
+    small = next(iter(derived_candidates(config, {}, [None] * len(config.dynamic), 1 << 18, free)))
+    host = case_inputs(small, EVALUATOR_CASES[1])
+    assert host is not None
+    run, need = widened_program(fn, small.static, host, np.float64)
+    whole = jax.tree.leaves(run())
+    room = need * 3 // 4 + sum(x.size * 8 for x in whole)  # the whole program would not fit: slices must
+    sliced = sliced_widened_program(fn, small.static, host, np.float64, room, need)
+    assert sliced is not None, [a.shape for a in small.dynamic]
+    parts = jax.tree.leaves(sliced[0]())
+    assert "slices of" in sliced[1]
+    for a, b in zip(whole, parts, strict=True):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-10, atol=1e-12)

@@ -171,13 +171,16 @@ def _dot(eqn: Any, lhs: Tag, rhs: Tag) -> Tag:
 
 
 def _conv(eqn: Any, lhs: Tag, rhs: Tag) -> Tag:
-    numbers = eqn.params["dimension_numbers"]
-    if (rhs[0] is not None or lhs[0] is None or lhs[0] != numbers.lhs_spec[0]
-            or eqn.params.get("batch_group_count", 1) != 1):
-        if lhs[0] is None and rhs[0] is None:
-            return UNSLICED
-        raise Mixed
-    return numbers.out_spec[0], frozenset()
+    """A convolution keeps the input's batch apart, and (ungrouped) the kernel's output features."""
+    numbers, params = eqn.params["dimension_numbers"], eqn.params
+    if lhs[0] is None and rhs[0] is None:
+        return UNSLICED
+    if params.get("batch_group_count", 1) == 1 and rhs[0] is None and lhs[0] == numbers.lhs_spec[0]:
+        return numbers.out_spec[0], frozenset()
+    if params.get("feature_group_count", 1) == 1 and params.get("batch_group_count", 1) == 1 \
+            and lhs[0] is None and rhs[0] == numbers.rhs_spec[0]:
+        return numbers.out_spec[1], frozenset()
+    raise Mixed
 
 
 def _rule(tags: _Tags, eqn: Any, ins: list[Tag]) -> list[Tag]:
