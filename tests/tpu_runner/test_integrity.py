@@ -33,3 +33,18 @@ def test_a_replaced_or_recoded_function_is_named_and_a_restored_one_is_not() -> 
         np.save, jnp.asarray, jax.profiler.stop_trace = save, asarray, stop_trace
         measure.measure_pair.__code__ = original_code
     assert integrity.changes_since(snapshot) == []
+
+
+def test_the_evaluator_reads_only_plain_file_names_from_the_candidates_report(tmp_path) -> None:
+    """The report naming the outputs is the candidate's process's word: a path out of its outputs directory is a
+    tamper, not a file to read."""
+    import pytest
+
+    from tpu_runner.checking import CandidateFailed
+    from tpu_runner.evaluation.evaluate import _child_file
+
+    assert _child_file(tmp_path, "timing0.candidate.npz") == tmp_path / "timing0.candidate.npz"
+    for name in ("../reference_outputs/x.npz", "/etc/passwd", "sub/x.npz", "..", ""):
+        with pytest.raises(CandidateFailed) as refused:
+            _child_file(tmp_path, name)
+        assert refused.value.error.kind == "harness_tamper"

@@ -254,6 +254,8 @@ class _Evaluation:
         except ReferenceStopped as stopped:  # the kernel ran; what it is judged against cannot be computed here
             return self._fail("correctness", reference_beyond_host(stopped), "unverified", ir_hash=ir_hash)
         except CandidateFailed as failed:
+            if failed.error.kind == "harness_tamper":
+                return self._fail("correctness", failed.error, "rejected", ir_hash=ir_hash)
             if checker_ran_out(failed.error, self.host):
                 return self._fail("correctness", self._checker_limit(failed.error), "unverified", ir_hash=ir_hash)
             return self._fail("correctness", failed.error, ir_hash=ir_hash)
@@ -273,7 +275,11 @@ class _Evaluation:
                 return self._fail("performance", EvalError("mismatch_while_timing", "outputs produced while timing "
                                   f"differ from the reference's on the same inputs: {first}"),
                                   "incorrect", correctness=correctness, ir_hash=ir_hash)
-            if (refused := self._judge_kept(report.measured.kept, production_json[0])) is not None:
+            try:
+                refused = self._judge_kept(report.measured.kept, production_json[0])
+            except CandidateFailed as failed:  # a file named outside its outputs
+                return self._fail("performance", failed.error, "rejected", ir_hash=ir_hash)
+            if refused is not None:
                 return self._fail("performance", refused, "incorrect", correctness=correctness, ir_hash=ir_hash)
             perf, profile = measured_performance(chip, prod, programs, ref_costs, report.measured,
                                                  self.store.used_inputs(task), estimate=estimate)
@@ -391,8 +397,8 @@ class _Evaluation:
                 cand.error = replace(out.error, stage="correctness")
             else:
                 assert out.outputs is not None
-                cand.outputs = load_outputs(outputs / out.outputs)
-                cand.again = load_outputs(outputs / out.again) if out.again else None
+                cand.outputs = load_outputs(_child_file(outputs, out.outputs))
+                cand.again = load_outputs(_child_file(outputs, out.again)) if out.again else None
             cases.append(judge.case(cand, ref))
         return cases
 
@@ -411,7 +417,8 @@ class _Evaluation:
         job = OutputJob(output_key(self.task, config, None, self.store.numerics), config, None, [k.case for k in kept])
         outputs = self.workdir / "outputs"
         for diff in kept:
-            comparison, note = judged(load_outputs(outputs / diff.candidate), load_outputs(outputs / diff.reference),
+            comparison, note = judged(load_outputs(_child_file(outputs, diff.candidate)),
+                                      load_outputs(_child_file(outputs, diff.reference)),
                                       atol, rtol, partial(self._float64, job, diff.case, "truth"),
                                       partial(self._float64, job, diff.case, "perturbed"))
             if not comparison.ok and comparison.error is not None:
@@ -445,6 +452,15 @@ class _Evaluation:
         return EvalResult(task=self.task.task_id, target=chip.name, host=self.host, verdict=verdict,
                           stage="done", message=message, correctness=correctness, performance=perf, profile=profile,
                           notes=self.notes, timings=self.timings, ir_hash=ir_hash)
+
+
+def _child_file(outputs: Path, name: str) -> Path:
+    """A file the candidate's child says it wrote: a plain name in its outputs directory, never a path elsewhere
+    (the report is the candidate's process's word)."""
+    if not name or Path(name).name != name or name in (".", ".."):
+        raise CandidateFailed(EvalError("harness_tamper", "the candidate's process named an output file outside its "
+                                        f"outputs directory: {name[:80]!r}"))
+    return outputs / name
 
 
 def task_beyond_limits(error: EvalError, stopped: ReferenceStopped) -> EvalError:
