@@ -245,6 +245,43 @@ def test_outputs_that_differ_while_timing_are_judged_by_the_evaluator_against_a_
     assert made, "no float64 run of the reference on the timing's inputs"
 
 
+UNSEEDED_REFERENCE = """
+import jax.numpy as jnp
+import numpy as np
+
+
+def computation(x):
+    return (x > 0).astype(jnp.int32)  # exact: no float64 truth or sensitivity to judge other values by
+
+
+def get_inputs():
+    return [np.random.default_rng().standard_normal((64, 256)).astype(np.float32)], []  # other values each call
+"""
+
+
+@pytest.mark.slow
+def test_the_candidate_is_checked_on_the_values_the_reference_outputs_were_computed_on(
+        tmp_path: Path, settings: Settings, spares: SparePool) -> None:
+    """Where the reference's outputs are made already, the candidate's child reads the task's own values they were
+    computed on instead of calling get_inputs() again (17-37 s on a chip for the large workloads): with a
+    get_inputs() that draws other values each call, the "task" case then compares like with like."""
+    from tpu_runner.reference import reference_store
+
+    task_dir = _task(tmp_path, "unseeded", UNSEEDED_REFERENCE)
+    store = reference_store(settings)
+    from tpu_runner.tasks import load_task
+
+    assert store.prefetch_outputs([load_task(task_dir)]) == {}
+    kernel = _kernel(tmp_path, "import jax.numpy as jnp\n\n\ndef computation(x):\n    return jnp.sign(x).clip(0)"
+                     ".astype(jnp.int32)\n")
+    result = evaluate(EvalRequest(task_dir, kernel, "v6e", allow_pure_jax=True), settings, spares=spares)
+    assert result.verdict == "ok", result.message
+    assert result.correctness is not None
+    names = [c.name for c in result.correctness.cases if c.status == "passed"]
+    assert "production[0]/task" in names, names
+    assert not list(Path(result.artifacts["result"]).parent.glob("work/task_values*"))  # the copy is not kept
+
+
 @pytest.mark.slow
 def test_a_kernel_made_for_its_production_shape_is_unverified_and_sent_to_the_fleets_chip(tmp_path: Path,
                                                                                        settings: Settings) -> None:

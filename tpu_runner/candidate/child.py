@@ -26,6 +26,7 @@ from types import ModuleType
 from typing import Any
 
 import jax
+import numpy as np
 
 from tpu_runner.analysis import ir_digest, jaxpr_walk, output_coverage, pallas_traffic, program_form, traffic_to_json
 from tpu_runner.checking import (
@@ -35,6 +36,7 @@ from tpu_runner.checking import (
     as_output_set,
     choose,
     compare_outputs,
+    load_outputs,
     memory_allowance,
     run_candidate_case,
     save_outputs,
@@ -292,6 +294,16 @@ class CandidateStages:
         self.report.notes.extend(notes)
         return checks
 
+    def task_values(self, task: Task, config: Configuration, values_from: str | None) -> Configuration:
+        """The configuration with the task's own values: those the reference's outputs were computed on, when the
+        evaluator linked them in (`CandidateRequest.task_values`), else from the task's get_inputs() again."""
+        name = self.request.task_values.get(values_from or "")
+        if name:
+            values = load_outputs(self.workdir / name).leaves
+            if tuple(np.shape(v) for v in values) == tuple(a.shape for a in config.dynamic):
+                return Configuration(config.dynamic, config.static, tuple(values))
+        return with_values(task, config, values_from)
+
     def run_checks(self, task: Task, cand_fn: Any, checks: list[CheckShape]) -> None:
         """Each check's cases in turn, stopping at the first failure. The next case's inputs are drawn and the
         outputs written by a helper thread meanwhile: on a chip, the chip then waits for neither."""
@@ -305,7 +317,7 @@ class CandidateStages:
                                else f"test:{check.name.split('[')[1].rstrip(']')}" if check.name.startswith("test")
                                else None)
                 with self.timed("correctness.task_values"):
-                    config = with_values(task, check.config, values_from)
+                    config = self.task_values(task, check.config, values_from)
                 entry = CheckReport(name=check.name, config=config_to_json(check.config), values_from=values_from,
                                     why=check.why, differs=check.differs, production=check.production)
                 self.report.checks.append(entry)

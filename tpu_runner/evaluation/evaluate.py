@@ -13,6 +13,7 @@ verdict. It never imports candidate or task code.
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 import uuid
@@ -188,19 +189,42 @@ class _Evaluation:
     # -- the candidate's child --------------------------------------------------------------------------------
     def run_candidate(self, compiles: CandidateCompiles) -> tuple[ChildOutcome, CandidateReport | None]:
         limits = self.settings.limits
+        task_values = self._linked_task_values()
         request = CandidateRequest(
             task_dir=str(self.task.path), kernel_path=str(self.kernel_file), target=self.chip.name, host=self.host,
             allow_pure_jax=self.allow_pure_jax, artifacts_dir=str(self.artifacts), workdir=str(self.workdir),
             budget=Budget(limits.full_check_elements, limits.full_check_gflops * 1e9, limits.interpret_grid_steps),
-            measure=self.request.measure, ir_gate=self.ir_gate is not None)
-        outcome, report = run_candidate(request, pool=self.pool, limits=limits, compiles=compiles,
-                                        private=(self.settings.home, self.settings.cache_dir),
-                                        ir_gate=self.ir_gate, on_stage=self.stage)
+            measure=self.request.measure, ir_gate=self.ir_gate is not None, task_values=task_values)
+        try:
+            outcome, report = run_candidate(request, pool=self.pool, limits=limits, compiles=compiles,
+                                            private=(self.settings.home, self.settings.cache_dir),
+                                            ir_gate=self.ir_gate, on_stage=self.stage)
+        finally:  # the cache keeps them; the artifacts need not
+            for name in task_values.values():
+                for file in (self.workdir / name, (self.workdir / name).with_suffix(".json")):
+                    file.unlink(missing_ok=True)
         if (self.workdir / "stderr.txt").exists():
             self.artifact_map["log"] = str(self.workdir / "stderr.txt")
         self.timings["child_wall"] = outcome.wall_seconds
         self.timings["peak_rss_mib"] = outcome.peak_rss_mib
         return outcome, report
+
+    def _linked_task_values(self) -> dict[str, str]:
+        """The task's own production values, where the reference's child kept them with outputs made already,
+        copied into the candidate's work directory (which its child may read, unlike the cache): the child reads
+        them rather than running get_inputs() again, which took 17-37 s on a chip for the attention and
+        convolution workloads. File names there, by `values_from`."""
+        linked: dict[str, str] = {}
+        for job in self.store.production_jobs(self.task):
+            kept = self.store.task_values(job)
+            if kept is None or job.values_from is None:
+                continue
+            name = f"task_values.{job.values_from.replace(':', '-')}.npz"
+            # A copy, not a link: the child may write in its work directory, and the cache's file must stay as made.
+            shutil.copyfile(kept, self.workdir / name)
+            shutil.copyfile(kept.with_suffix(".json"), (self.workdir / name).with_suffix(".json"))
+            linked[job.values_from] = name
+        return linked
 
     # -- the whole evaluation -------------------------------------------------------------------------------
     def result(self) -> EvalResult:

@@ -152,6 +152,9 @@ def _outputs(request: ReferenceRequest, task_index: int, jobs: list[OutputJob], 
                     continue
                 files[case.name] = {"expected": f"{stem}.expected.npz"}  # no "truth": the judge has it made if needed
                 pending.append(background.submit(_save, out, f"{stem}.expected.npz", ran.expected))
+                if case.distribution == "task" and job.values_from:  # for candidates' children (TASK_VALUES)
+                    files[case.name]["values"] = f"{stem}.values.npz"
+                    pending.append(background.submit(_save, out, f"{stem}.values.npz", OutputSet("", tuple(host))))
                 if with_truth:
                     pending.append(background.submit(_truth, out, f"{stem}.truth.npz", files[case.name], config,
                                                      ref_fn, case, timings))

@@ -256,6 +256,15 @@ class ReferenceStore:
         return [OutputJob(output_key(task, config, f"production:{i}", self.numerics), config, f"production:{i}",
                           [c.name for c in EVALUATOR_CASES]) for i, config in enumerate(production)]
 
+    def task_values(self, job: OutputJob) -> Path | None:
+        """The task's own values the reference's child computed a job's outputs on (its "task" case), when that job's
+        outputs are made already; None otherwise (nothing is computed here)."""
+        index = self.cache_dir / "reference_outputs" / f"{job.key}.json"
+        if not index.is_file():
+            return None
+        name = json.loads(index.read_text()).get("task", {}).get("values")
+        return self.cache_dir / "reference_outputs" / name if name else None
+
     def prefetch_outputs(self, tasks: list[Task]) -> dict[str, str]:
         """The production outputs of every task not cached yet, in one reference child (on the chip: one opening of
         it for all); returns why a task's could not be computed, by task id (its evaluation will say so again)."""

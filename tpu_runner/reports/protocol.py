@@ -121,6 +121,9 @@ class CandidateRequest:
     budget: Budget
     measure: bool = False
     ir_gate: bool = False
+    # The task's own values the reference's child computed its outputs on, by `values_from` ("production:0"):
+    # files in the work directory, read instead of calling get_inputs() again.
+    task_values: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def read(cls, path: Path) -> CandidateRequest:
