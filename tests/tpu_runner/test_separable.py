@@ -71,8 +71,13 @@ def test_a_truth_made_in_slices_is_the_whole_truth_for_real_references(task_dir:
     import numpy as np
 
     from tests.conftest import REPO
-    from tpu_runner.checking import derived_candidates, free_axes, reference_form
-    from tpu_runner.checking.numerics import sliced_widened_program, widened_program
+    from tpu_runner.checking import (
+        derived_candidates,
+        free_axes,
+        reference_form,
+        sliced_widened_program,
+        widened_program,
+    )
     from tpu_runner.tasks import EVALUATOR_CASES, abstract_configurations, case_inputs, import_reference, load_task
 
     task = load_task(REPO / task_dir)

@@ -13,6 +13,6 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "memory_allowance": "correctness", "perturbed_truth": "correctness",
     "ReferenceRun": "correctness", "run_candidate_case": "correctness", "run_reference_case": "correctness",
     "compare_outputs": "compare", "Comparison": "compare", "as_output_set": "compare",
-    "as_on_tpu": "numerics", "widened": "numerics", "widened_program": "numerics",
+    "as_on_tpu": "numerics", "widened": "numerics", "widened_program": "numerics", "sliced_widened_program": "numerics",
     "load_outputs": "arrays", "OutputSet": "arrays", "save_outputs": "arrays",
 })
