@@ -260,3 +260,36 @@ def test_a_chip_hosts_float64_run_gets_the_memory_of_a_chip_child(tmp_path: Path
             store._run([task], export=False, jobs=[replace(job, float64="truth")], cpu_only=True)
         assert seen[-1] == want
     assert seen[-1] > seen[0]
+
+
+UNSEEDED = """
+import numpy as np
+
+
+def get_inputs():
+    return [np.random.default_rng().standard_normal((64, 128)).astype(np.float32)], []  # other values each call
+
+
+def computation(x):
+    return x * 2.0
+"""
+
+
+def test_the_task_values_are_kept_with_the_outputs_and_a_float64_run_judges_those(tmp_path: Path) -> None:
+    """The reference's child keeps the task's own values its outputs were computed on; a float64 run made later,
+    in a child of its own, runs on those (it called get_inputs() again: with one that is not deterministic, the
+    truth of other values)."""
+    settings = load_settings({"KERNELBOT_HOME": str(tmp_path / "home")})
+    store = reference_store(settings)
+    task = reference_task(tmp_path, "unseeded", UNSEEDED, description="2x on values drawn anew each call")
+    assert store.prefetch_outputs([task]) == {}
+    job = store.production_jobs(task)[0]
+    kept = store.task_values(job)
+    assert kept is not None
+    values = load_outputs(kept).leaves[0]
+    expected = load_outputs(store.outputs(task, [job])[job.key]["task"]["expected"]).leaves[0]
+    np.testing.assert_array_equal(expected, values * 2)  # the values the expected outputs were computed on
+    moved, why = store.float64(task, job, "task", "perturbed")  # made on request, in a child of its own
+    assert moved is not None, why
+    # The task's sensitivity: those same values moved by one unit roundoff of float32, then doubled.
+    np.testing.assert_allclose(load_outputs(moved).leaves[0], values.astype(np.float64) * 2, rtol=2**-23, atol=0)

@@ -20,11 +20,13 @@ from typing import Any
 import jax
 import numpy as np
 
+from tpu_runner.analysis.jaxpr_walk import INLINE_CALLS
 from tpu_runner.checking import (
     OutputSet,
     as_on_tpu,
     case_truth,
     dot_flops,
+    load_outputs,
     perturbed_truth,
     run_reference_case,
     save_outputs,
@@ -41,6 +43,7 @@ from tpu_runner.reports import (
 )
 from tpu_runner.tasks import (
     CASES_BY_NAME,
+    Configuration,
     TaskError,
     abstract_configurations,
     config_from_json,
@@ -53,9 +56,6 @@ from tpu_runner.tasks import (
     with_values,
 )
 
-_CALLS = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr", "custom_jvp_call": "call_jaxpr",
-          "custom_vjp_call": "call_jaxpr", "remat": "jaxpr", "checkpoint": "jaxpr"}
-
 
 def used_inputs(closed: Any) -> list[bool]:
     """Which inputs the program reads at all (looking through nested calls, which take every argument): an
@@ -63,7 +63,7 @@ def used_inputs(closed: Any) -> list[bool]:
     jaxpr = getattr(closed, "jaxpr", closed)
     read: set[Any] = {v for v in jaxpr.outvars if not hasattr(v, "val")}
     for eqn in jaxpr.eqns:
-        key = _CALLS.get(eqn.primitive.name)
+        key = INLINE_CALLS.get(eqn.primitive.name)
         inner = eqn.params.get(key) if key else None
         if inner is not None and len(getattr(inner, "jaxpr", inner).invars) == len(eqn.invars):
             read |= {v for v, used in zip(eqn.invars, used_inputs(inner), strict=True)
@@ -131,7 +131,7 @@ def _outputs(request: ReferenceRequest, task_index: int, jobs: list[OutputJob], 
     pending: list[Future[None]] = []
     for job in jobs:
         _stage(workdir, f"reference outputs {job.key}")
-        config = with_values(task, config_from_json(job.config), job.values_from)
+        config = _job_configuration(task, job)
         files: dict[str, dict[str, str | None]] = {}
         if job.float64:
             wide = perturbed_truth if job.float64 == "perturbed" else case_truth
@@ -163,6 +163,17 @@ def _outputs(request: ReferenceRequest, task_index: int, jobs: list[OutputJob], 
         for done in pending:
             done.result()  # a failure of any of them is the task's
     return found
+
+
+def _job_configuration(task: Any, job: OutputJob) -> Any:
+    """A job's configuration with the task's own values: those kept with its outputs when the store copied them in
+    (a float64 run judges what the outputs were computed on), else from get_inputs() / get_test_inputs()."""
+    config = config_from_json(job.config)
+    if job.values_file:
+        values = load_outputs(Path(job.values_file)).leaves
+        if tuple(np.shape(v) for v in values) == tuple(a.shape for a in config.dynamic):
+            return Configuration(config.dynamic, config.static, tuple(values))
+    return with_values(task, config, job.values_from)
 
 
 def _truth(out: Path, name: str, entry: dict[str, str | None], config: Any, ref_fn: Any, case: Any,

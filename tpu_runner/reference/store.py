@@ -103,9 +103,15 @@ class ReferenceStore:
     def _run(self, tasks: list[Task], *, export: bool, jobs: list[OutputJob], strict: bool = True,
              cpu_only: bool = False) -> tuple[ReferenceReport, Path]:
         """The reference's child on `tasks`; with `strict`, a task error of its outputs is raised. Output jobs run
-        on this host's chip when the store has one, unless `cpu_only` (float64 work)."""
+        on this host's chip when the store has one, unless `cpu_only` (float64 work), and a float64 job runs on the
+        task's values kept with its outputs (copied into the child's directory: the cache is private to it)."""
         scratch = self.sandbox_dir / f"reference-{uuid.uuid4().hex[:10]}"
         scratch.mkdir(parents=True)
+        for job in jobs:
+            if job.float64 and (kept := self.task_values(job)) is not None:
+                job.values_file = str(scratch / f"values.{job.key}.npz")
+                shutil.copyfile(kept, job.values_file)
+                shutil.copyfile(kept.with_suffix(".json"), Path(job.values_file).with_suffix(".json"))
         on_chip = bool(jobs) and self.device_kind is not None and not cpu_only
         request = ReferenceRequest(task_dirs=[str(t.path) for t in tasks], out_dir=str(scratch / "out"),
                                    export=export, outputs=jobs, on_chip=on_chip,

@@ -241,6 +241,9 @@ class OutputJob:
     # computed with the outputs) or "perturbed" (on inputs rounded once more: the task's sensitivity).
     float64: str | None = None
     task: int = 0  # which of the request's tasks
+    # The task's own values (`values_from`) as kept with this job's outputs, copied where the child may read them:
+    # a float64 run judges the values the outputs were computed on, without calling get_inputs() again.
+    values_file: str | None = None
 
 
 @dataclass
