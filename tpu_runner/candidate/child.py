@@ -36,10 +36,10 @@ from tpu_runner.checking import (
     as_output_set,
     choose,
     compare_outputs,
-    load_outputs,
     memory_allowance,
     run_candidate_case,
     save_outputs,
+    with_kept_values,
 )
 from tpu_runner.hardware import ChipSpec, chip, get_chip
 from tpu_runner.reports import (
@@ -77,7 +77,6 @@ from tpu_runner.tasks import (
     kernelbench,
     load_task,
     with_input_bounds,
-    with_values,
 )
 from tpu_runner.timing import (  # imported before the candidate: its functions are watched (integrity)
     Judgement,
@@ -108,11 +107,7 @@ def target_context(chip: ChipSpec, on_device: bool) -> Iterator[None]:
 
 
 def _abstract(config: Configuration) -> list[Any]:
-    import numpy as np
-
     return [jax.ShapeDtypeStruct(a.shape, np.dtype(a.dtype)) for a in config.dynamic] + list(config.static)
-
-
 
 
 def timing_input_sets(config: Configuration, count: int = len(TIMING_CASES)) -> list[list[Any]]:
@@ -294,16 +289,6 @@ class CandidateStages:
         self.report.notes.extend(notes)
         return checks
 
-    def task_values(self, task: Task, config: Configuration, values_from: str | None) -> Configuration:
-        """The configuration with the task's own values: those the reference's outputs were computed on, when the
-        evaluator linked them in (`CandidateRequest.task_values`), else from the task's get_inputs() again."""
-        name = self.request.task_values.get(values_from or "")
-        if name:
-            values = load_outputs(self.workdir / name).leaves
-            if tuple(np.shape(v) for v in values) == tuple(a.shape for a in config.dynamic):
-                return Configuration(config.dynamic, config.static, tuple(values))
-        return with_values(task, config, values_from)
-
     def run_checks(self, task: Task, cand_fn: Any, checks: list[CheckShape]) -> None:
         """Each check's cases in turn, stopping at the first failure. The next case's inputs are drawn and the
         outputs written by a helper thread meanwhile: on a chip, the chip then waits for neither."""
@@ -317,7 +302,9 @@ class CandidateStages:
                                else f"test:{check.name.split('[')[1].rstrip(']')}" if check.name.startswith("test")
                                else None)
                 with self.timed("correctness.task_values"):
-                    config = self.task_values(task, check.config, values_from)
+                    # the values the reference's outputs were computed on, where the evaluator copied them in
+                    kept = self.request.task_values.get(values_from or "")
+                    config = with_kept_values(task, check.config, values_from, self.workdir / kept if kept else None)
                 entry = CheckReport(name=check.name, config=config_to_json(check.config), values_from=values_from,
                                     why=check.why, differs=check.differs, production=check.production)
                 self.report.checks.append(entry)

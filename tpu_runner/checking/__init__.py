@@ -10,7 +10,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "reference_form": "checkshapes",
     "CandidateFailed": "correctness", "CandidateRun": "correctness", "case_truth": "correctness",
     "check_configuration": "correctness", "Judge": "correctness", "judged": "correctness",
-    "memory_allowance": "correctness", "perturbed_truth": "correctness",
+    "memory_allowance": "correctness", "perturbed_truth": "correctness", "with_kept_values": "correctness",
     "ReferenceRun": "correctness", "run_candidate_case": "correctness", "run_reference_case": "correctness",
     "compare_outputs": "compare", "Comparison": "compare", "as_output_set": "compare",
     "as_on_tpu": "numerics", "widened": "numerics", "widened_program": "numerics", "sliced_widened_program": "numerics",

@@ -16,12 +16,13 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
-from tpu_runner.checking.arrays import OutputSet
+from tpu_runner.checking.arrays import OutputSet, load_outputs
 from tpu_runner.checking.compare import (
     Comparison,
     all_finite,
@@ -36,7 +37,7 @@ from tpu_runner.checking.compare import (
 from tpu_runner.checking.numerics import sliced_widened_program, widened_program
 from tpu_runner.reports import MEMORY_LIMIT_ENV, CorrectnessCase, EvalError, from_exception, interpreter_limitation
 from tpu_runner.sandbox import rss_mib
-from tpu_runner.tasks import DRAW_CHUNK, EVALUATOR_CASES, Case, Configuration, TaskError, case_inputs
+from tpu_runner.tasks import DRAW_CHUNK, EVALUATOR_CASES, Case, Configuration, Task, TaskError, case_inputs, with_values
 
 INTERPRETER_LIMIT = "interpret_unsupported"  # the simulator, not the kernel, failed: correctness not checkable here
 
@@ -125,6 +126,16 @@ def run_candidate_case(*, label: str, config: Configuration, candidate: Callable
 
 # Unit roundoff of each floating dtype: how far one rounding at that precision can move a value, relatively.
 UNIT_ROUNDOFF = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11, "float32": 2.0 ** -24, "float64": 2.0 ** -53}
+
+
+def with_kept_values(task: Task, config: Configuration, values_from: str | None, kept: Path | None) -> Configuration:
+    """The configuration with the task's own values: those kept with the reference's outputs (`kept`, the file a
+    child was handed: what the outputs were computed on), else from get_inputs() / get_test_inputs() again."""
+    if kept is not None:
+        values = load_outputs(kept).leaves
+        if tuple(np.shape(v) for v in values) == tuple(a.shape for a in config.dynamic):
+            return Configuration(config.dynamic, config.static, tuple(values))
+    return with_values(task, config, values_from)
 
 
 def _perturbed(host: list[np.ndarray], seed: int) -> list[np.ndarray]:

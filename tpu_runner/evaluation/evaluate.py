@@ -189,7 +189,7 @@ class _Evaluation:
     # -- the candidate's child --------------------------------------------------------------------------------
     def run_candidate(self, compiles: CandidateCompiles) -> tuple[ChildOutcome, CandidateReport | None]:
         limits = self.settings.limits
-        task_values = self._linked_task_values()
+        task_values = self._copied_task_values()
         request = CandidateRequest(
             task_dir=str(self.task.path), kernel_path=str(self.kernel_file), target=self.chip.name, host=self.host,
             allow_pure_jax=self.allow_pure_jax, artifacts_dir=str(self.artifacts), workdir=str(self.workdir),
@@ -209,12 +209,12 @@ class _Evaluation:
         self.timings["peak_rss_mib"] = outcome.peak_rss_mib
         return outcome, report
 
-    def _linked_task_values(self) -> dict[str, str]:
+    def _copied_task_values(self) -> dict[str, str]:
         """The task's own production values, where the reference's child kept them with outputs made already,
         copied into the candidate's work directory (which its child may read, unlike the cache): the child reads
         them rather than running get_inputs() again, which took 17-37 s on a chip for the attention and
         convolution workloads. File names there, by `values_from`."""
-        linked: dict[str, str] = {}
+        copied: dict[str, str] = {}
         for job in self.store.production_jobs(self.task):
             kept = self.store.task_values(job)
             if kept is None or job.values_from is None:
@@ -223,8 +223,8 @@ class _Evaluation:
             # A copy, not a link: the child may write in its work directory, and the cache's file must stay as made.
             shutil.copyfile(kept, self.workdir / name)
             shutil.copyfile(kept.with_suffix(".json"), (self.workdir / name).with_suffix(".json"))
-            linked[job.values_from] = name
-        return linked
+            copied[job.values_from] = name
+        return copied
 
     # -- the whole evaluation -------------------------------------------------------------------------------
     def result(self) -> EvalResult:

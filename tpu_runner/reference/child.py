@@ -26,10 +26,10 @@ from tpu_runner.checking import (
     as_on_tpu,
     case_truth,
     dot_flops,
-    load_outputs,
     perturbed_truth,
     run_reference_case,
     save_outputs,
+    with_kept_values,
 )
 from tpu_runner.hardware import chip
 from tpu_runner.reports import (
@@ -43,7 +43,6 @@ from tpu_runner.reports import (
 )
 from tpu_runner.tasks import (
     CASES_BY_NAME,
-    Configuration,
     TaskError,
     abstract_configurations,
     config_from_json,
@@ -53,7 +52,6 @@ from tpu_runner.tasks import (
     input_bounds,
     load_task,
     with_input_bounds,
-    with_values,
 )
 
 
@@ -131,7 +129,8 @@ def _outputs(request: ReferenceRequest, task_index: int, jobs: list[OutputJob], 
     pending: list[Future[None]] = []
     for job in jobs:
         _stage(workdir, f"reference outputs {job.key}")
-        config = _job_configuration(task, job)
+        config = with_kept_values(task, config_from_json(job.config), job.values_from,
+                                  Path(job.values_file) if job.values_file else None)
         files: dict[str, dict[str, str | None]] = {}
         if job.float64:
             wide = perturbed_truth if job.float64 == "perturbed" else case_truth
@@ -163,17 +162,6 @@ def _outputs(request: ReferenceRequest, task_index: int, jobs: list[OutputJob], 
         for done in pending:
             done.result()  # a failure of any of them is the task's
     return found
-
-
-def _job_configuration(task: Any, job: OutputJob) -> Any:
-    """A job's configuration with the task's own values: those kept with its outputs when the store copied them in
-    (a float64 run judges what the outputs were computed on), else from get_inputs() / get_test_inputs()."""
-    config = config_from_json(job.config)
-    if job.values_file:
-        values = load_outputs(Path(job.values_file)).leaves
-        if tuple(np.shape(v) for v in values) == tuple(a.shape for a in config.dynamic):
-            return Configuration(config.dynamic, config.static, tuple(values))
-    return with_values(task, config, job.values_from)
 
 
 def _truth(out: Path, name: str, entry: dict[str, str | None], config: Any, ref_fn: Any, case: Any,
