@@ -245,10 +245,9 @@ def sliced_widened_program(fn: Callable[..., Any], static: Sequence[Any], dynami
         return jax.make_jaxpr(lambda *d: fn(*d, *static))(*inputs)
 
     closed = traced(dynamic)
-    outs = jax.eval_shape(lambda *d: fn(*d, *static), *dynamic)
     wide = np.dtype(dtype).itemsize
     out_bytes = sum(int(np.prod(o.shape)) * (wide if _floating(o.dtype) else np.dtype(o.dtype).itemsize)
-                    for o in jax.tree.leaves(outs))
+                    for o in closed.out_avals)
     for slicing in slicings(closed):
         for pieces in (n for n in range(2, slicing.size + 1) if slicing.size % n == 0):
             if whole_need / pieces + out_bytes > room:
