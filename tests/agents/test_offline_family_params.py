@@ -28,17 +28,11 @@ def test_parameters_check_themselves() -> None:
     with pytest.raises(ValueError, match="block_q=0"):
         AttentionParams(block_q=0, heads_per_step=1, transpose_k=False, vmem_limit_bytes=2**20)
     with pytest.raises(ValueError, match="chunk=0"):
-        ConvParams(block_co=64, epi_rows=16, chunk=0, vmem_limit_bytes=2**20, elementwise_dtypes="float32")
+        ConvParams(block_co=64, chunk=0, vmem_limit_bytes=2**20, elementwise_dtypes="float32")
 
 
 def test_conv_parameters_leave_out_what_the_mode_has_no_axis_for() -> None:
-    # Every mode's epilogue walks EPI_ROWS channel rows at a time; plane statistics have no BLOCK_P (one block
-    # holds the whole plane).
-    pool = ConvParams(block_co=128, block_p=4096, epi_rows=16, chunk=1024, vmem_limit_bytes=2**26,
-                      elementwise_dtypes="float32")
-    assert list(as_tunable(pool)) == ["BLOCK_CO", "BLOCK_P", "EPI_ROWS", "CHUNK", "FOLD_TAPS", "VMEM_LIMIT_BYTES",
+    pool = ConvParams(block_co=128, block_p=4096, chunk=1024, vmem_limit_bytes=2**26, elementwise_dtypes="float32")
+    assert list(as_tunable(pool)) == ["BLOCK_CO", "BLOCK_P", "CHUNK", "FOLD_TAPS", "VMEM_LIMIT_BYTES",
                                       "ELEMENTWISE_DTYPES"]
     assert from_tunable(ConvParams, as_tunable(pool)) == pool
-    plane = dataclasses.replace(pool, block_p=None)
-    assert "BLOCK_P" not in as_tunable(plane)
-    assert from_tunable(ConvParams, as_tunable(plane)) == plane

@@ -35,17 +35,15 @@ class ConvCode(BlockCode):
         super().emit(op)
 
     def reduction(self, op: Op) -> str:
-        """A masked reduction over a chunk's valid positions (the wide ones are left out), in f32."""
+        """A masked reduction over the tile's valid positions (the wide ones are left out)."""
         source = op.args[0]
         spatial = tuple(range(2, len(self.conv_main)))
         if tuple(op.params.get("axes", ())) != spatial or self.kind(source) != FULL:
             raise NotRecognised(f"the reference's {op.prim} over axes {list(op.params.get('axes', ()))} of "
                                 f"{list(getattr(source, 'shape', ()))}; the offline brain's convolutions reduce "
                                 f"over all the spatial axes {list(spatial)} of the convolution's output")
-        function, identity, _ = REDUCTIONS[op.prim]
-        # In f32: the parts of a reduction made a chunk at a time are combined in f32 and rounded once.
-        masked = f"jnp.where(mask, {self.ref(source)}, {identity})"
-        return f"{function}({masked}.astype(jnp.float32), axis=-1, keepdims=True)"
+        identity = REDUCTIONS[op.prim][1]
+        return self.reduced(op.prim, f"jnp.where(mask, {self.ref(source)}, {identity})")
 
 
 def depends_on_reduction(ops: list[Op]) -> set[int]:

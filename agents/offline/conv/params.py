@@ -9,7 +9,6 @@ from typing import Any
 
 from agents.offline.conv.shape import (
     DEFAULT_EPI_ROWS,
-    EPI_COLS,
     PLANE,
     POOL,
     ConvShape,
@@ -33,7 +32,7 @@ class ConvParams:
 
     block_co: int  # output channels per block
     block_p: int | None = None  # output positions (lanes) per block; None for plane statistics (the whole plane)
-    epi_rows: int  # channel rows per epilogue step
+    epi_rows: int | None = None  # channel rows per epilogue step; None for a global pool (the whole tile)
     chunk: int  # positions per MXU dot inside a step
     fold_taps: bool = True  # one dot over all taps (a patch in VMEM) or one dot per tap
     vmem_limit_bytes: int
@@ -49,7 +48,8 @@ def conv_space(spec: ConvShape) -> dict[str, tuple[Any, ...]]:
     if spec.mode != PLANE:
         space["BLOCK_P"] = (512, 1024, 2048, 4096, 8192, 16384)  # output positions (lanes) per grid step
     space["CHUNK"] = (256, 512, 1024, 2048)  # positions per MXU dot inside a step
-    space["EPI_ROWS"] = (8, 16, 32, 64)  # channel rows per step of the fused epilogue
+    if spec.mode != POOL:
+        space["EPI_ROWS"] = (8, 16, 32, 64)  # channel rows per step of the fused epilogue
     space["FOLD_TAPS"] = (True, False)  # one dot over all taps (a patch in VMEM) or one dot per tap
     space["VMEM_LIMIT_BYTES"] = tuple(m * 2**20 for m in (32, 64, 100, 120))
     space["ELEMENTWISE_DTYPES"] = dtype_space({spec.conv_out.dtype} | {op.out.dtype for op in spec.ops}
@@ -65,10 +65,10 @@ def _vmem_bytes(spec: ConvShape, block_co: int, block_p: int, chunk: int) -> int
         * itemsize(spec.dtype)
     patch = spec.taps * padded_channels(spec.c_in) * chunk * 6  # f32 patch and its bf16 copy for the MXU
     acc = block_co * block_p * 4
-    # The epilogue's f32 values, EPI_ROWS rows at a time (and EPI_COLS positions before a pool; the compiler keeps
-    # about one live value per two ops of a long chain).
-    cols = min(block_p, EPI_COLS) if spec.mode == POOL else block_p
-    temporaries = max(4, len(spec.ops) // 2) * min(block_co, DEFAULT_EPI_ROWS) * cols * 4
+    # The epilogue's f32 values: on the whole tile before a pool, on EPI_ROWS rows at a time otherwise (the
+    # compiler keeps about one live value per two ops of a long chain).
+    rows = block_co if spec.mode == POOL else min(block_co, DEFAULT_EPI_ROWS)
+    temporaries = max(4, len(spec.ops) // 2) * rows * block_p * 4
     out = 2 * block_co * block_p * itemsize(spec.output.dtype)
     return x_bytes + patch + acc + temporaries + out
 
@@ -102,7 +102,7 @@ def choose_params(spec: ConvShape, chip: ChipSpec) -> tuple[ConvParams, list[str
     vmem = _vmem_bytes(spec, min(block_co, spec.c_out), block_p, chunk)
     limit = next((v for v in space["VMEM_LIMIT_BYTES"] if v >= 1.25 * vmem), space["VMEM_LIMIT_BYTES"][-1])
     params = ConvParams(block_co=block_co, block_p=block_p if "BLOCK_P" in space else None,
-                        epi_rows=DEFAULT_EPI_ROWS, chunk=chunk, fold_taps=True,
+                        epi_rows=None if spec.mode == POOL else DEFAULT_EPI_ROWS, chunk=chunk, fold_taps=True,
                         vmem_limit_bytes=limit,
                         elementwise_dtypes=default_dtypes(chip.name, space["ELEMENTWISE_DTYPES"]))
     extra = (wide - math.prod(spec.out_spatial)) / math.prod(spec.out_spatial)

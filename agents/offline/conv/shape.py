@@ -12,7 +12,6 @@ from agents.offline.program import Op, Value
 
 MiB = 2**20
 DEFAULT_EPI_ROWS = 16  # a bf16 output's sublane tile
-EPI_COLS = 512  # positions per step of a pool's epilogue: 16 rows of them in f32 are 8 vector registers
 TILED, POOL, PLANE = "tiled", "pool", "plane"  # no reduction; a global pool; plane statistics
 
 
