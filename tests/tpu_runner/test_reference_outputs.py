@@ -293,3 +293,26 @@ def test_the_task_values_are_kept_with_the_outputs_and_a_float64_run_judges_thos
     assert moved is not None, why
     # The task's sensitivity: those same values moved by one unit roundoff of float32, then doubled.
     np.testing.assert_allclose(load_outputs(moved).leaves[0], values.astype(np.float64) * 2, rtol=2**-23, atol=0)
+
+
+def test_outputs_made_ahead_for_interpret_mode_checks_leave_out_configurations_beyond_its_budget(
+        tmp_path: Path) -> None:
+    """Where candidates are checked in interpret mode, the production outputs are made ahead only for the
+    configurations a check runs at (the budget's elements and dot GFLOPs): their task values spare each candidate's
+    child a get_inputs() of its own. One beyond the budget is left out before any of its values are drawn (this
+    one's get_inputs() would end the child), and is neither an error nor cached."""
+    settings = load_settings({"KERNELBOT_HOME": str(tmp_path / "home")})
+    store = reference_store(settings)
+    small = reference_task(tmp_path, "scale_rows", SCALE, description="2x+1, 2048 elements with its output")
+    large = reference_task(tmp_path, "dies_at_outputs", DIES.replace("(8, 128)", "(64, 128)"),
+                           description="tanh of 8192 elements, whose get_inputs exits")
+    assert store.prefetch([small, large]) == {}
+
+    assert store.prefetch_outputs([small, large], interpret_budget=(4096, 20.0)) == {}
+
+    kept = settings.cache_dir / "reference_outputs"
+    job = store.production_jobs(small)[0]
+    assert (kept / f"{job.key}.json").is_file() and store.task_values(job) is not None
+    assert not any((kept / f"{j.key}.json").is_file() for j in store.production_jobs(large))
+    # Without the budget (a chip host's) the large one is computed too, and its get_inputs() ends the child.
+    assert "exited with status 3" in store.prefetch_outputs([large])["dies_at_outputs"]

@@ -7,7 +7,7 @@ from tpu_runner import lazy_exports
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "CheckShape": "checkshapes", "choose": "checkshapes", "derived_candidates": "checkshapes",
     "dot_flops": "checkshapes", "free_axes": "checkshapes", "Production": "checkshapes",
-    "reference_form": "checkshapes",
+    "reference_cost": "checkshapes", "reference_form": "checkshapes",
     "CandidateFailed": "correctness", "CandidateRun": "correctness", "case_truth": "correctness",
     "check_configuration": "correctness", "Judge": "correctness", "judged": "correctness",
     "memory_allowance": "correctness", "perturbed_truth": "correctness", "with_kept_values": "correctness",

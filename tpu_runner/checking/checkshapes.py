@@ -118,11 +118,17 @@ def _abstract(config: Configuration) -> list[Any]:
     return [jax.ShapeDtypeStruct(a.shape, np.dtype(a.dtype)) for a in config.dynamic] + list(config.static)
 
 
-def cost_of(config: Configuration, ref_fn: Callable[..., Any], traffic: TrafficReport) -> tuple[int, float, int]:
+def reference_cost(config: Configuration, ref_fn: Callable[..., Any]) -> tuple[int, float]:
+    """The elements (inputs and outputs) and dot FLOPs of the reference at `config`: the interpret-mode budget's
+    measure of a configuration, apart from the candidate's grid steps."""
     args = _abstract(config)
     ref_jaxpr = jax.make_jaxpr(ref_fn, static_argnums=config.static_argnums)(*args)
     outputs = jax.eval_shape(jax.jit(ref_fn, static_argnums=config.static_argnums), *args)
-    return _elements(config, outputs), dot_flops(ref_jaxpr), _steps(traffic)
+    return _elements(config, outputs), dot_flops(ref_jaxpr)
+
+
+def cost_of(config: Configuration, ref_fn: Callable[..., Any], traffic: TrafficReport) -> tuple[int, float, int]:
+    return (*reference_cost(config, ref_fn), _steps(traffic))
 
 
 def _within(cost: tuple[int, float, int], budget: Budget) -> bool:

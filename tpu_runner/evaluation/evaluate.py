@@ -551,8 +551,9 @@ def _finish(result: EvalResult, artifacts: Path, artifact_map: dict[str, str], s
 
 def describe_tasks(requests: list[EvalRequest], settings: Settings) -> dict[str, str]:
     """Every task's reference described at once, in one child, before the evaluations start (each would start
-    its own otherwise); on this host's TPU, their production outputs computed at once too (one opening of the
-    chip). Returns why a task's could not be made ahead, by task id; its evaluation tries again and reports."""
+    its own otherwise), then their production outputs at once, in one more child: on this host's TPU all of them
+    (one opening of the chip), elsewhere those checked in interpret mode. Returns why a task's could not be made
+    ahead, by task id; its evaluation tries again and reports."""
     tasks: dict[str, Task] = {}
     for req in requests:
         try:
@@ -565,9 +566,13 @@ def describe_tasks(requests: list[EvalRequest], settings: Settings) -> dict[str,
         failed.update({t: str(e) for t, e in reference_store(settings).prefetch(list(tasks.values())).items()})
     except TaskError as exc:
         failed["all"] = str(exc)
-    for target in sorted({r.target for r in requests if settings.on_chip(r.target)}):
+    limits = settings.limits
+    for target in sorted({r.target for r in requests}):
+        # Elsewhere, those a check in interpret mode runs at the production shapes for (most test-sized tasks):
+        # made ahead, the candidates' children read the task's values instead of each calling get_inputs().
+        budget = None if settings.on_chip(target) else (limits.full_check_elements, limits.full_check_gflops)
         try:
-            failed.update(reference_store(settings, get_chip(target)).prefetch_outputs(list(tasks.values())))
+            failed.update(reference_store(settings, get_chip(target)).prefetch_outputs(list(tasks.values()), budget))
         except TaskError as exc:
             failed["all"] = str(exc)
     return failed

@@ -27,6 +27,7 @@ from tpu_runner.checking import (
     case_truth,
     dot_flops,
     perturbed_truth,
+    reference_cost,
     run_reference_case,
     save_outputs,
     with_kept_values,
@@ -128,6 +129,9 @@ def _outputs(request: ReferenceRequest, task_index: int, jobs: list[OutputJob], 
     found: dict[str, dict[str, dict[str, str | None]]] = {}
     pending: list[Future[None]] = []
     for job in jobs:
+        if not job.float64 and not _checked_in_interpret_mode(ref_fn, config_from_json(job.config),
+                                                              request.interpret_budget):
+            continue  # the check runs at other shapes, whose outputs are made when it asks for them
         _stage(workdir, f"reference outputs {job.key}")
         config = with_kept_values(task, config_from_json(job.config), job.values_from,
                                   Path(job.values_file) if job.values_file else None)
@@ -162,6 +166,15 @@ def _outputs(request: ReferenceRequest, task_index: int, jobs: list[OutputJob], 
         for done in pending:
             done.result()  # a failure of any of them is the task's
     return found
+
+
+def _checked_in_interpret_mode(ref_fn: Any, config: Any, budget: tuple[int, float] | None) -> bool:
+    """Is a configuration within the interpret-mode check's budget (always, with no budget asked)? Judged on its
+    shapes alone, before any input is drawn."""
+    if budget is None:
+        return True
+    elements, flops = reference_cost(config, ref_fn)
+    return elements <= budget[0] and flops <= budget[1] * 1e9
 
 
 def _truth(out: Path, name: str, entry: dict[str, str | None], config: Any, ref_fn: Any, case: Any,

@@ -101,7 +101,8 @@ class ReferenceStore:
         return self.cache_dir / "reference" / f"{task.task_id}-{task.digest}-jax{jax.__version__}-{LAYOUT}"
 
     def _run(self, tasks: list[Task], *, export: bool, jobs: list[OutputJob], strict: bool = True,
-             cpu_only: bool = False) -> tuple[ReferenceReport, Path]:
+             cpu_only: bool = False, interpret_budget: tuple[int, float] | None = None
+             ) -> tuple[ReferenceReport, Path]:
         """The reference's child on `tasks`; with `strict`, a task error of its outputs is raised. Output jobs run
         on this host's chip when the store has one, unless `cpu_only` (float64 work), and a float64 job runs on the
         task's values kept with its outputs (copied into the child's directory: the cache is private to it)."""
@@ -115,7 +116,7 @@ class ReferenceStore:
         on_chip = bool(jobs) and self.device_kind is not None and not cpu_only
         request = ReferenceRequest(task_dirs=[str(t.path) for t in tasks], out_dir=str(scratch / "out"),
                                    export=export, outputs=jobs, on_chip=on_chip,
-                                   truth_gflops=self.limits.full_check_gflops)
+                                   truth_gflops=self.limits.full_check_gflops, interpret_budget=interpret_budget)
         write_json(scratch / "request.json", request)
         env = child_environment(workdir=scratch, llo_dump_dir=None, on_tpu=on_chip, target_accelerator="v6e-1")
         # On the chip one child computes the production outputs of every task asked for: a wall limit each.
@@ -271,9 +272,12 @@ class ReferenceStore:
         name = json.loads(index.read_text()).get("task", {}).get("values")
         return self.cache_dir / "reference_outputs" / name if name else None
 
-    def prefetch_outputs(self, tasks: list[Task]) -> dict[str, str]:
+    def prefetch_outputs(self, tasks: list[Task], interpret_budget: tuple[int, float] | None = None
+                         ) -> dict[str, str]:
         """The production outputs of every task not cached yet, in one reference child (on the chip: one opening of
-        it for all); returns why a task's could not be computed, by task id (its evaluation will say so again)."""
+        it for all); returns why a task's could not be computed, by task id (its evaluation will say so again).
+        With `interpret_budget` (elements, dot GFLOPs), only those of the configurations an interpret-mode check
+        runs at: made ahead, their "task" case's values spare each candidate's child its own get_inputs()."""
         root = self.cache_dir / "reference_outputs"
         root.mkdir(parents=True, exist_ok=True)
         wanted: list[OutputJob] = []
@@ -292,7 +296,8 @@ class ReferenceStore:
             return {}
         failed: dict[str, str] = {}
         while todo:  # a child that stops at one task is started again for the tasks it did not reach
-            report, scratch = self._run(todo, export=False, jobs=wanted, strict=False)
+            report, scratch = self._run(todo, export=False, jobs=wanted, strict=False,
+                                        interpret_budget=interpret_budget)
             try:
                 done = set(report.finished) - set(report.output_errors)
                 self._keep_outputs(report, scratch, [j for j in wanted if str(todo[j.task].path) in done])
@@ -336,7 +341,9 @@ class ReferenceStore:
         """Move a reference run's output files into the cache, each job's index last and whole."""
         root = self.cache_dir / "reference_outputs"
         for job in jobs:
-            files = report.outputs.get(job.key, {})
+            if job.key not in report.outputs:  # left out by the child (beyond the interpret-mode budget)
+                continue
+            files = report.outputs[job.key]
             for names in files.values():
                 for name in names.values():
                     if name:

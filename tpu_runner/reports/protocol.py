@@ -254,6 +254,8 @@ class ReferenceRequest:
     outputs: list[OutputJob] = field(default_factory=list)
     on_chip: bool = False  # compute the outputs on this host's TPU (the float64 truth stays on the CPU)
     truth_gflops: float | None = None  # no float64 truth with the outputs for a reference with more dot GFLOPs
+    # (elements, dot GFLOPs): outputs only for configurations an interpret-mode check runs at; None: all
+    interpret_budget: tuple[int, float] | None = None
 
     @classmethod
     def read(cls, path: Path) -> ReferenceRequest:
