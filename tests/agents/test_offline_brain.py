@@ -230,8 +230,8 @@ def test_the_limit_is_raised_to_the_smallest_declared_value_that_holds_what_the_
 
 
 @pytest.mark.slow
-def test_a_tile_that_only_lacked_scoped_vmem_keeps_its_size_and_gets_the_limit(tmp_path: Path,
-                                                                               settings: Settings) -> None:
+def test_a_tile_that_only_lacked_scoped_vmem_keeps_its_size_and_gets_the_limit(tmp_path: Path, settings: Settings,
+                                                                               verdict_settings: Settings) -> None:
     """What the demo's search ran into on matmul_softmax (BLOCK_M 1024 needing 68 MiB under a 64 MiB limit), at a
     size that compiles quickly: 1024x512 @ 512x2048 with 512-row tiles under a 16 MiB limit needs about 22 MiB.
     The offline self-debugger raises the limit rather than shrink the tile, and the kernel is ok."""
@@ -247,9 +247,9 @@ def test_a_tile_that_only_lacked_scoped_vmem_keeps_its_size_and_gets_the_limit(t
     code = subagents.implement(brain, ctx, subagents.plan(brain, ctx))
     tight = {**tunable.current(code), "BLOCK_M": 512, "VMEM_LIMIT_BYTES": 16 * 2**20}
     rejected = evaluate(EvalRequest(task.path, _write(tmp_path, "tight", tunable.with_params(code, tight)), "v6e"),
-                        settings)
+                        verdict_settings)
     assert (rejected.verdict, rejected.error and rejected.error.kind) == ("compile_error", "vmem_oom"), rejected.message
     fixed = subagents.self_debug(brain, ctx, tunable.with_params(code, tight), rejected.error)
     assert tunable.current(fixed) == {**tight, "VMEM_LIMIT_BYTES": 32 * 2**20}
-    result = evaluate(EvalRequest(task.path, _write(tmp_path, "fixed", fixed), "v6e"), settings)
+    result = evaluate(EvalRequest(task.path, _write(tmp_path, "fixed", fixed), "v6e"), verdict_settings)
     assert result.verdict == "ok", result.message

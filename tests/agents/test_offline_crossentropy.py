@@ -66,7 +66,8 @@ def _task(root: Path, name: str, code: str) -> Task:
 
 
 @pytest.mark.slow
-def test_cross_entropy_from_a_head_and_from_logits_gets_ok_kernels(tmp_path: Path, settings: Settings) -> None:
+def test_cross_entropy_from_a_head_and_from_logits_gets_ok_kernels(tmp_path: Path, settings: Settings,
+                                                                  verdict_settings: Settings) -> None:
     tasks = [_task(tmp_path, "lm_head", LM_HEAD), _task(tmp_path, "per_row", PER_ROW)]
     readings = read_tasks(tasks, settings)
     head, per_row = (analyse(readings[t.digest], V5E) for t in tasks)
@@ -83,7 +84,7 @@ def test_cross_entropy_from_a_head_and_from_logits_gets_ok_kernels(tmp_path: Pat
         assert "jnp.mean(loss)" in text if spec.reduce == "mean" else "return loss.astype" in text
         kernel.write_text(text)
         requests.append(EvalRequest(task.path, kernel, "v5e"))
-    for result in evaluate_many(requests, settings):
+    for result in evaluate_many(requests, verdict_settings):
         assert result.verdict == "ok", result.message
         # Several vocabulary blocks, so the online log-sum-exp crossed blocks (2304 = 9 x 256 for the head).
         assert result.correctness is not None and result.correctness.status == "passed"

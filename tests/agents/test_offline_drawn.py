@@ -73,7 +73,8 @@ def get_inputs():
 
 
 @pytest.mark.slow
-def test_arrays_the_reference_draws_itself_travel_with_the_kernel(tmp_path: Path, settings: Settings) -> None:
+def test_arrays_the_reference_draws_itself_travel_with_the_kernel(tmp_path: Path, settings: Settings,
+                                                                 verdict_settings: Settings) -> None:
     rms = reference_task(tmp_path, "rms_norm_drawn_scale", RMS_NORM_DRAWN_SCALE, description="rms norm")
     linear = reference_task(tmp_path, "linear_drawn_weight", LINEAR_DRAWN_WEIGHT, description="linear relu",
                             atol=3.0e-2, rtol=3.0e-2)
@@ -101,7 +102,7 @@ def test_arrays_the_reference_draws_itself_travel_with_the_kernel(tmp_path: Path
     assert "key = repr(" not in sources[1] and "jax.random.uniform(" in sources[1]
     assert "_carried('float32', (128,)" in sources[1]
     assert brain.spec.family == "matmul"
-    results = evaluate_many(requests, settings)
+    results = evaluate_many(requests, verdict_settings)
     messages = [getattr(r, "message", repr(r)) for r in results]
     assert [getattr(r, "verdict", None) for r in results] == ["ok", "ok"], messages
     # Checked where it counts: the rms kernel at its production shape, against the reference's own draw there.

@@ -57,12 +57,13 @@ def test_a_convolution_of_a_transposed_image_reads_the_image() -> None:
 
 
 @pytest.mark.slow
-def test_a_channels_last_port_gets_the_convolution_kernel(tmp_path: Path, settings: Settings) -> None:
+def test_a_channels_last_port_gets_the_convolution_kernel(tmp_path: Path, settings: Settings,
+                                                          verdict_settings: Settings) -> None:
     task = reference_task(tmp_path, "conv_channels_last", CHANNELS_LAST_PORT, description="a convolution",
                           atol=3.0e-2, rtol=3.0e-2)
     spec = analyse(read_task(task, settings), V6E)
     assert spec.family == "convolution"
     kernel = tmp_path / "kernel.py"
     kernel.write_text(source(spec, choose(spec, V6E)[0]))
-    result = evaluate_many([EvalRequest(task.path, kernel, "v6e")], settings)[0]
+    result = evaluate_many([EvalRequest(task.path, kernel, "v6e")], verdict_settings)[0]
     assert getattr(result, "verdict", None) == "ok", getattr(result, "message", result)

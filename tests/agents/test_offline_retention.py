@@ -52,7 +52,8 @@ def _task(root: Path, name: str, code: str) -> Task:
 
 
 @pytest.mark.slow
-def test_retention_gets_an_ok_kernel_checked_across_blocks(tmp_path: Path, settings: Settings) -> None:
+def test_retention_gets_an_ok_kernel_checked_across_blocks(tmp_path: Path, settings: Settings,
+                                                           verdict_settings: Settings) -> None:
     task = _task(tmp_path, "retnet", RETNET)
     spec = analyse(read_tasks([task], settings)[task.digest], V5E)
     assert isinstance(spec, Retention)
@@ -65,7 +66,7 @@ def test_retention_gets_an_ok_kernel_checked_across_blocks(tmp_path: Path, setti
     assert params["BLOCK"] == 512 and "factored" in reasons[2]
     kernel = tmp_path / "retnet_kernel.py"
     kernel.write_text(source(spec, params))
-    (result,) = evaluate_many([EvalRequest(task.path, kernel, "v5e")], settings)
+    (result,) = evaluate_many([EvalRequest(task.path, kernel, "v5e")], verdict_settings)
     assert result.verdict == "ok", result.message
     # Checked at the production shapes in interpret mode: two query blocks (12 steps a pass: both on the diagonal,
     # one below it, for each of 4 batch x heads), so the steps across blocks (and the decay's factors) ran.
