@@ -11,8 +11,9 @@ import pytest
 from storage.settings import Settings
 from tests.conftest import CORPUS, TASKS
 from tpu_runner.candidate import SparePool
-from tpu_runner.evaluation import EvalRequest, KernelFileError
+from tpu_runner.evaluation import EvalRequest, KernelFileError, evaluate_many
 from tpu_runner.evaluation.evaluate import evaluate
+from tpu_runner.hardware import UnknownTarget
 from tpu_runner.tasks import TaskError
 from tpu_runner.timing import HBM_EFFICIENCY
 
@@ -323,3 +324,13 @@ def test_a_kernel_made_for_its_production_shape_is_unverified_and_sent_to_the_fl
         "production_check queued for the TPU v6e runners (v6e-host)"]
     assert check.status == "queued" and check.target == "v6e" and check.payload["after_job"] == first
     assert check.payload["kernel_path"] == str(kernel)
+
+
+def test_a_request_for_an_unknown_target_fails_alone_in_a_batch(settings: Settings) -> None:
+    """The reference's work made ahead for a batch (`describe_tasks`) goes by target: one nobody knows is that
+    request's own error, and the others are evaluated."""
+    kernel = CORPUS / "bad" / "not_a_kernel.py"
+    unknown, known = evaluate_many([EvalRequest(TASKS / "softmax", kernel, "v9"),
+                                    EvalRequest(TASKS / "softmax", kernel, "v6e")], settings)
+    assert isinstance(unknown, UnknownTarget) and "unknown target 'v9'" in str(unknown)
+    assert not isinstance(known, Exception) and known.error is not None and known.error.kind == "no_pallas_call"

@@ -37,7 +37,7 @@ from tpu_runner.candidate import (
     stopped_error,
 )
 from tpu_runner.checking import CandidateFailed, CandidateRun, Judge, OutputSet, ReferenceRun, judged, load_outputs
-from tpu_runner.hardware import ChipBusy, ChipSpec, get_chip, with_chip_memory
+from tpu_runner.hardware import ChipBusy, ChipSpec, UnknownTarget, get_chip, with_chip_memory
 from tpu_runner.reference import ReferenceStopped, output_key, reference_store
 from tpu_runner.reports import (
     Budget,
@@ -573,6 +573,8 @@ def describe_tasks(requests: list[EvalRequest], settings: Settings) -> dict[str,
         budget = None if settings.on_chip(target) else (limits.full_check_elements, limits.full_check_gflops)
         try:
             failed.update(reference_store(settings, get_chip(target)).prefetch_outputs(list(tasks.values()), budget))
+        except UnknownTarget:
+            continue  # the evaluations for it say so, one by one
         except TaskError as exc:
             failed["all"] = str(exc)
     return failed
