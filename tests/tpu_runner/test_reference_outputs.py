@@ -13,6 +13,7 @@ from storage.settings import load_settings
 from tests.support.reference_tasks import reference_task
 from tpu_runner.checking import CandidateFailed, CandidateRun, Judge, OutputSet, ReferenceRun, load_outputs
 from tpu_runner.reference import ReferenceStopped, ReferenceStore, reference_store
+from tpu_runner.reports import Budget
 from tpu_runner.tasks import EVALUATOR_CASES, config_from_json
 
 SCALE = """
@@ -308,7 +309,7 @@ def test_outputs_made_ahead_for_interpret_mode_checks_leave_out_configurations_b
                            description="tanh of 8192 elements, whose get_inputs exits")
     assert store.prefetch([small, large]) == {}
 
-    assert store.prefetch_outputs([small, large], interpret_budget=(4096, 20.0)) == {}
+    assert store.prefetch_outputs([small, large], interpret_budget=Budget(4096, 20e9, 4096)) == {}
 
     kept = settings.cache_dir / "reference_outputs"
     job = store.production_jobs(small)[0]

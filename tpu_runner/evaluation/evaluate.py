@@ -13,7 +13,6 @@ verdict. It never imports candidate or task code.
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 import time
 import uuid
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from storage.errors import KernelbotError
-from storage.settings import Settings
+from storage.settings import EvalLimits, Settings
 from tpu_runner.analysis import traffic_from_json
 from tpu_runner.candidate import (
     CandidateCompiles,
@@ -193,7 +192,7 @@ class _Evaluation:
         request = CandidateRequest(
             task_dir=str(self.task.path), kernel_path=str(self.kernel_file), target=self.chip.name, host=self.host,
             allow_pure_jax=self.allow_pure_jax, artifacts_dir=str(self.artifacts), workdir=str(self.workdir),
-            budget=Budget(limits.full_check_elements, limits.full_check_gflops * 1e9, limits.interpret_grid_steps),
+            budget=interpret_budget(limits),
             measure=self.request.measure, ir_gate=self.ir_gate is not None, task_values=task_values)
         try:
             outcome, report = run_candidate(request, pool=self.pool, limits=limits, compiles=compiles,
@@ -216,14 +215,11 @@ class _Evaluation:
         convolution workloads. File names there, by `values_from`."""
         copied: dict[str, str] = {}
         for job in self.store.production_jobs(self.task):
-            kept = self.store.task_values(job)
-            if kept is None or job.values_from is None:
+            if job.values_from is None:
                 continue
             name = f"task_values.{job.values_from.replace(':', '-')}.npz"
-            # A copy, not a link: the child may write in its work directory, and the cache's file must stay as made.
-            shutil.copyfile(kept, self.workdir / name)
-            shutil.copyfile(kept.with_suffix(".json"), (self.workdir / name).with_suffix(".json"))
-            copied[job.values_from] = name
+            if self.store.copy_task_values(job, self.workdir / name):
+                copied[job.values_from] = name
         return copied
 
     # -- the whole evaluation -------------------------------------------------------------------------------
@@ -549,6 +545,11 @@ def _finish(result: EvalResult, artifacts: Path, artifact_map: dict[str, str], s
     return result
 
 
+def interpret_budget(limits: EvalLimits) -> Budget:
+    """What a check in interpret mode may afford at production shapes, from the evaluation's limits."""
+    return Budget(limits.full_check_elements, limits.full_check_gflops * 1e9, limits.interpret_grid_steps)
+
+
 def describe_tasks(requests: list[EvalRequest], settings: Settings) -> dict[str, str]:
     """Every task's reference described at once, in one child, before the evaluations start (each would start
     its own otherwise), then their production outputs at once, in one more child: on this host's TPU all of them
@@ -566,11 +567,10 @@ def describe_tasks(requests: list[EvalRequest], settings: Settings) -> dict[str,
         failed.update({t: str(e) for t, e in reference_store(settings).prefetch(list(tasks.values())).items()})
     except TaskError as exc:
         failed["all"] = str(exc)
-    limits = settings.limits
     for target in sorted({r.target for r in requests}):
         # Elsewhere, those a check in interpret mode runs at the production shapes for (most test-sized tasks):
         # made ahead, the candidates' children read the task's values instead of each calling get_inputs().
-        budget = None if settings.on_chip(target) else (limits.full_check_elements, limits.full_check_gflops)
+        budget = None if settings.on_chip(target) else interpret_budget(settings.limits)
         try:
             failed.update(reference_store(settings, get_chip(target)).prefetch_outputs(list(tasks.values()), budget))
         except UnknownTarget:

@@ -25,7 +25,6 @@ from tpu_runner.checking import (
     OutputSet,
     as_on_tpu,
     case_truth,
-    dot_flops,
     perturbed_truth,
     reference_cost,
     run_reference_case,
@@ -129,9 +128,11 @@ def _outputs(request: ReferenceRequest, task_index: int, jobs: list[OutputJob], 
     found: dict[str, dict[str, dict[str, str | None]]] = {}
     pending: list[Future[None]] = []
     for job in jobs:
-        if not job.float64 and not _checked_in_interpret_mode(ref_fn, config_from_json(job.config),
-                                                              request.interpret_budget):
-            continue  # the check runs at other shapes, whose outputs are made when it asks for them
+        # The reference's size at the job's shapes (traced, no value drawn): the budget's measure, and the truth's.
+        elements, flops = (0, 0.0) if job.float64 else reference_cost(config_from_json(job.config), ref_fn)
+        budget = request.interpret_budget
+        if budget is not None and not (elements <= budget.elements and flops <= budget.flops):
+            continue  # an interpret-mode check runs at other shapes, whose outputs are made when it asks for them
         _stage(workdir, f"reference outputs {job.key}")
         config = with_kept_values(task, config_from_json(job.config), job.values_from,
                                   Path(job.values_file) if job.values_file else None)
@@ -144,7 +145,7 @@ def _outputs(request: ReferenceRequest, task_index: int, jobs: list[OutputJob], 
                 files[name] = {job.float64: _save(out, f"{job.key}.{name}.{job.float64}.npz", computed)}
         else:
             on_target = None if request.on_chip else as_on_tpu(ref_fn, config.static)
-            with_truth = request.truth_gflops is None or reference_gflops(ref_fn, config) <= request.truth_gflops
+            with_truth = request.truth_gflops is None or flops / 1e9 <= request.truth_gflops
             for case, inputs in drawn_ahead(config, [cases[name] for name in job.cases], ahead):
                 stem = f"{job.key}.{case.name}"
                 with timed(timings, "target_outputs"):
@@ -168,15 +169,6 @@ def _outputs(request: ReferenceRequest, task_index: int, jobs: list[OutputJob], 
     return found
 
 
-def _checked_in_interpret_mode(ref_fn: Any, config: Any, budget: tuple[int, float] | None) -> bool:
-    """Is a configuration within the interpret-mode check's budget (always, with no budget asked)? Judged on its
-    shapes alone, before any input is drawn."""
-    if budget is None:
-        return True
-    elements, flops = reference_cost(config, ref_fn)
-    return elements <= budget[0] and flops <= budget[1] * 1e9
-
-
 def _truth(out: Path, name: str, entry: dict[str, str | None], config: Any, ref_fn: Any, case: Any,
            timings: dict[str, float]) -> None:
     with timed(timings, "truth"), _on_cpu():
@@ -189,11 +181,6 @@ def _cpu() -> Any:
 
 def _on_cpu() -> Any:
     return jax.default_device(_cpu())
-
-
-def reference_gflops(ref_fn: Any, config: Any) -> float:
-    args = [jax.ShapeDtypeStruct(a.shape, np.dtype(a.dtype)) for a in config.dynamic]
-    return dot_flops(jax.make_jaxpr(lambda *d: ref_fn(*d, *config.static))(*args)) / 1e9
 
 
 def run(request: ReferenceRequest, workdir: Path,

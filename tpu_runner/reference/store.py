@@ -25,7 +25,7 @@ import jax
 from storage.settings import EvalLimits, Settings
 from tpu_runner.compiler import CompileAnswer, CompileService
 from tpu_runner.hardware import ChipBusy, ChipSpec, runtime_files, with_chip_memory
-from tpu_runner.reports import ExportedTask, OutputJob, ReferenceReport, ReferenceRequest, write_json
+from tpu_runner.reports import Budget, ExportedTask, OutputJob, ReferenceReport, ReferenceRequest, write_json
 from tpu_runner.sandbox import ChildOutcome, child_environment, run_child, untrusted_reads
 from tpu_runner.tasks import DRAW, EVALUATOR_CASES, Configuration, Task, TaskError, config_from_json
 
@@ -101,18 +101,15 @@ class ReferenceStore:
         return self.cache_dir / "reference" / f"{task.task_id}-{task.digest}-jax{jax.__version__}-{LAYOUT}"
 
     def _run(self, tasks: list[Task], *, export: bool, jobs: list[OutputJob], strict: bool = True,
-             cpu_only: bool = False, interpret_budget: tuple[int, float] | None = None
-             ) -> tuple[ReferenceReport, Path]:
+             cpu_only: bool = False, interpret_budget: Budget | None = None) -> tuple[ReferenceReport, Path]:
         """The reference's child on `tasks`; with `strict`, a task error of its outputs is raised. Output jobs run
         on this host's chip when the store has one, unless `cpu_only` (float64 work), and a float64 job runs on the
         task's values kept with its outputs (copied into the child's directory: the cache is private to it)."""
         scratch = self.sandbox_dir / f"reference-{uuid.uuid4().hex[:10]}"
         scratch.mkdir(parents=True)
         for job in jobs:
-            if job.float64 and (kept := self.task_values(job)) is not None:
+            if job.float64 and self.copy_task_values(job, scratch / f"values.{job.key}.npz"):
                 job.values_file = str(scratch / f"values.{job.key}.npz")
-                shutil.copyfile(kept, job.values_file)
-                shutil.copyfile(kept.with_suffix(".json"), Path(job.values_file).with_suffix(".json"))
         on_chip = bool(jobs) and self.device_kind is not None and not cpu_only
         request = ReferenceRequest(task_dirs=[str(t.path) for t in tasks], out_dir=str(scratch / "out"),
                                    export=export, outputs=jobs, on_chip=on_chip,
@@ -272,12 +269,22 @@ class ReferenceStore:
         name = json.loads(index.read_text()).get("task", {}).get("values")
         return self.cache_dir / "reference_outputs" / name if name else None
 
-    def prefetch_outputs(self, tasks: list[Task], interpret_budget: tuple[int, float] | None = None
-                         ) -> dict[str, str]:
+    def copy_task_values(self, job: OutputJob, dest: Path) -> bool:
+        """The job's kept task values (`task_values`) copied to `dest`, where a child may read them (the cache is
+        private to kernelbot); False when there are none. A copy, not a link: the child may write where it reads,
+        and the cache's file must stay as made."""
+        kept = self.task_values(job)
+        if kept is None:
+            return False
+        shutil.copyfile(kept, dest)
+        shutil.copyfile(kept.with_suffix(".json"), dest.with_suffix(".json"))
+        return True
+
+    def prefetch_outputs(self, tasks: list[Task], interpret_budget: Budget | None = None) -> dict[str, str]:
         """The production outputs of every task not cached yet, in one reference child (on the chip: one opening of
         it for all); returns why a task's could not be computed, by task id (its evaluation will say so again).
-        With `interpret_budget` (elements, dot GFLOPs), only those of the configurations an interpret-mode check
-        runs at: made ahead, their "task" case's values spare each candidate's child its own get_inputs()."""
+        With `interpret_budget`, only those of the configurations an interpret-mode check runs at (its elements and
+        FLOPs): made ahead, their "task" case's values spare each candidate's child its own get_inputs()."""
         root = self.cache_dir / "reference_outputs"
         root.mkdir(parents=True, exist_ok=True)
         wanted: list[OutputJob] = []

@@ -254,13 +254,15 @@ class ReferenceRequest:
     outputs: list[OutputJob] = field(default_factory=list)
     on_chip: bool = False  # compute the outputs on this host's TPU (the float64 truth stays on the CPU)
     truth_gflops: float | None = None  # no float64 truth with the outputs for a reference with more dot GFLOPs
-    # (elements, dot GFLOPs): outputs only for configurations an interpret-mode check runs at; None: all
-    interpret_budget: tuple[int, float] | None = None
+    # outputs only for configurations an interpret-mode check runs at (its elements and FLOPs); None: all
+    interpret_budget: Budget | None = None
 
     @classmethod
     def read(cls, path: Path) -> ReferenceRequest:
         data = json.loads(path.read_text())
         data["outputs"] = [_build(OutputJob, o) for o in data.get("outputs", [])]
+        if data.get("interpret_budget"):
+            data["interpret_budget"] = Budget(**data["interpret_budget"])
         return _build(cls, data)
 
 
