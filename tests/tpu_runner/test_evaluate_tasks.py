@@ -14,7 +14,8 @@ from tpu_runner.candidate import SparePool
 from tpu_runner.evaluation import EvalRequest, KernelFileError, evaluate_many
 from tpu_runner.evaluation.evaluate import evaluate
 from tpu_runner.hardware import UnknownTarget
-from tpu_runner.tasks import TaskError
+from tpu_runner.reference import reference_store
+from tpu_runner.tasks import TaskError, load_task
 from tpu_runner.timing import HBM_EFFICIENCY
 
 ADD_REFERENCE = """
@@ -266,12 +267,8 @@ def test_the_candidate_is_checked_on_the_values_the_reference_outputs_were_compu
     """Where the reference's outputs are made already, the candidate's child reads the task's own values they were
     computed on instead of calling get_inputs() again (17-37 s on a chip for the large workloads): with a
     get_inputs() that draws other values each call, the "task" case then compares like with like."""
-    from tpu_runner.reference import reference_store
-
     task_dir = _task(tmp_path, "unseeded", UNSEEDED_REFERENCE)
     store = reference_store(settings)
-    from tpu_runner.tasks import load_task
-
     assert store.prefetch_outputs([load_task(task_dir)]) == {}
     kernel = _kernel(tmp_path, "import jax.numpy as jnp\n\n\ndef computation(x):\n    return jnp.sign(x).clip(0)"
                      ".astype(jnp.int32)\n")
