@@ -34,16 +34,20 @@ class ConvCode(BlockCode):
             return
         super().emit(op)
 
-    def reduction(self, op: Op) -> str:
-        """A masked reduction over the tile's valid positions (the wide ones are left out)."""
+    def reduction(self, op: Op, into_f32: bool = False) -> str:
+        """A masked reduction over the tile's valid positions (the wide ones are left out); `into_f32`: a partial
+        in f32 (a chunk's, combined with the others' before anything is rounded to the reference's dtype)."""
         source = op.args[0]
         spatial = tuple(range(2, len(self.conv_main)))
         if tuple(op.params.get("axes", ())) != spatial or self.kind(source) != FULL:
             raise NotRecognised(f"the reference's {op.prim} over axes {list(op.params.get('axes', ()))} of "
                                 f"{list(getattr(source, 'shape', ()))}; the offline brain's convolutions reduce "
                                 f"over all the spatial axes {list(spatial)} of the convolution's output")
-        identity = REDUCTIONS[op.prim][1]
-        return self.reduced(op.prim, f"jnp.where(mask, {self.ref(source)}, {identity})")
+        reduce, identity, _ = REDUCTIONS[op.prim]
+        masked = f"jnp.where(mask, {self.ref(source)}, {identity})"
+        if into_f32:
+            return f"{reduce}({masked}.astype(jnp.float32), axis=-1, keepdims=True)"
+        return self.reduced(op.prim, masked)
 
 
 def depends_on_reduction(ops: list[Op]) -> set[int]:
