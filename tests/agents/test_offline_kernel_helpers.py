@@ -44,10 +44,11 @@ def test_shared_block_sizes_and_padding() -> None:
     assert kernel_helpers._padded(jnp.ones((2, 3)), 1, 8).shape == (2, 8)
 
 
-def test_segment_sums_and_their_broadcast_back() -> None:
-    x = np.random.default_rng(0).standard_normal((8, 256)).astype(np.float32)
+@pytest.mark.parametrize("cols", [256, 1536])  # within one block of 128 groups; three blocks of 512 columns
+def test_segment_sums_and_their_broadcast_back(cols: int) -> None:
+    x = np.random.default_rng(0).standard_normal((8, cols)).astype(np.float32)
     sums = kernel_helpers._seg_sum(jnp.asarray(x), 4)
-    np.testing.assert_allclose(np.asarray(sums), x.reshape(8, 64, 4).sum(-1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(sums), x.reshape(8, cols // 4, 4).sum(-1), rtol=1e-5, atol=1e-5)
     back = kernel_helpers._seg_expand(sums, 4)
     np.testing.assert_allclose(np.asarray(back), np.repeat(np.asarray(sums), 4, axis=1), rtol=1e-5, atol=1e-5)
 
