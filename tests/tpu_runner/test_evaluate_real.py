@@ -67,10 +67,11 @@ def test_a_kernel_interpret_mode_cannot_simulate_is_unverified_not_incorrect(
 
 
 @pytest.mark.slow
-def test_fixed_blocks_larger_than_the_test_shapes_are_checked_where_they_fit(settings: Settings,
+def test_fixed_blocks_larger_than_the_test_shapes_are_checked_where_they_fit(verdict_settings: Settings,
                                                                             spares: SparePool) -> None:
-    result = evaluate(EvalRequest(TASKS / "matmul_bf16", CORPUS / "bad" / "fixed_large_blocks.py", "v6e"), settings,
-                      spares=spares)
+    # The verdict and the shapes checked only: no static cycle profile of the 4096-sized program.
+    result = evaluate(EvalRequest(TASKS / "matmul_bf16", CORPUS / "bad" / "fixed_large_blocks.py", "v6e"),
+                      verdict_settings, spares=spares)
     assert result.verdict == "ok", result.message
     assert all(c.name.startswith("derived[0]") for c in result.correctness.cases)
     derived = next(n for n in result.notes if n.startswith("derived[0]"))
