@@ -166,12 +166,14 @@ def test_random_epilogue_chains_get_ok_or_a_clear_refusal(tmp_path: Path, settin
                                                           verdict_settings: Settings) -> None:
     rng = random.Random(20261130)
     shapes = [(256, 512, 384), (200, 384, 640), (512, 256, 1000), (136, 128, 256)]  # multiples and not
-    requests, chains = [], []
+    requests, chains, tasks = [], [], []
     for i, (m, k, n) in enumerate(shapes):
         chain = rng.sample(sorted(EPILOGUE), rng.randint(1, 5))
         dtype = "bfloat16" if i % 2 else "float32"
-        task = load_task(chain_task(tmp_path, f"chain{i}", chain, dtype, m, k, n))
-        spec = _analyse(task, settings)
+        tasks.append((chain, dtype, load_task(chain_task(tmp_path, f"chain{i}", chain, dtype, m, k, n))))
+    readings = read_tasks([task for _, _, task in tasks], settings)  # one child reads them all
+    for i, ((m, k, n), (chain, dtype, task)) in enumerate(zip(shapes, tasks, strict=True)):
+        spec = analyse(readings[task.digest], V6E)
         # Half of them with the epilogue outside the kernel, one with single-buffered inputs.
         params = {**choose(spec, V6E)[0], "FUSE_EPILOGUE": i % 2 == 0, "BUFFERS": 1 if i == 2 else 2}
         requests.append(EvalRequest(task.path, _write(tmp_path, f"k{i}", source(spec, params)), "v6e"))
