@@ -138,6 +138,12 @@ def choose_params(spec: ConvShape, chip: ChipSpec) -> tuple[ConvParams, list[str
     elif spec.mode == PLANE:
         reasons.append("The per-plane statistics need the whole plane, so one block holds all its positions; "
                        "the conv result never leaves VMEM before it is normalised.")
+        if chip.name == "v5e":  # what the chip said of this form (docs/tpu-host.md)
+            reasons.append("Expect no gain over XLA on a v5e: measured there, this form (a 3x3 convolution of 64 to "
+                           "128 channels, then an instance norm) ran at x0.68-x0.82 of XLA's speed, its vector "
+                           "work (the taps shifted into the patch, the norm's passes over the plane) being what "
+                           "XLA's own convolution does better; it is the offline brain's only form for plane "
+                           "statistics.")
     if not spec.highest and "float32" in (spec.dtype, spec.w_dtype):
         reasons.append("f32 operands are rounded to bf16 for the MXU with f32 accumulation, as XLA computes a "
                        "default-precision convolution on TPU.")
