@@ -12,6 +12,7 @@ import pytest
 from storage.settings import load_settings
 from tests.support.reference_tasks import reference_task
 from tpu_runner.checking import CandidateFailed, CandidateRun, Judge, OutputSet, ReferenceRun, load_outputs
+from tpu_runner.compiler import compile_service
 from tpu_runner.reference import ReferenceStopped, ReferenceStore, reference_store
 from tpu_runner.reports import Budget
 from tpu_runner.tasks import EVALUATOR_CASES, config_from_json
@@ -317,3 +318,18 @@ def test_outputs_made_ahead_for_interpret_mode_checks_leave_out_configurations_b
     assert not any((kept / f"{j.key}.json").is_file() for j in store.production_jobs(large))
     # Without the budget (a chip host's) the large one is computed too, and its get_inputs() ends the child.
     assert "exited with status 3" in store.prefetch_outputs([large])["dies_at_outputs"]
+
+
+def test_without_a_static_profile_one_plain_compile_serves_the_reference_s_figures_both_ways(tmp_path: Path) -> None:
+    """With the profile off, the evaluation's reference costs (a profile asked for) are the plain compile the task's
+    unprofiled figures already are: one compile, one cache file, and the answers say why they have no cycles."""
+    settings = load_settings({"KERNELBOT_HOME": str(tmp_path / "home"), "KERNELBOT_STATIC_PROFILE": "off"})
+    store = reference_store(settings)
+    task = reference_task(tmp_path, "scale_rows", SCALE, description="2x+1")
+    with compile_service(root=tmp_path / "compile", limits=settings.limits, static_profile="off") as compilers:
+        plain = store.costs(task, target="v6e", mode="off", compilers=compilers, profile=False)
+        asked = store.costs(task, target="v6e", mode="off", compilers=compilers)
+    assert [p.name for p in settings.cache_dir.rglob("costs4-*.json")] == ["costs4-v6e-unprofiled.json"]
+    assert [a.hlo_ops for a in asked] == [p.hlo_ops for p in plain] and plain[0].ok
+    assert plain[0].profile_failure is None
+    assert asked[0].profile_failure == compilers.no_profile and "off" in asked[0].profile_failure

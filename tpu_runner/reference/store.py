@@ -215,9 +215,21 @@ class ReferenceStore:
     # -- compiler figures ---------------------------------------------------------------------------------------
     def costs(self, task: Task, *, target: str, mode: str, compilers: CompileService,
               profile: bool = True) -> list[CompileAnswer]:
-        """The compiler's figures for the reference's programs; with `profile`, its static cycle profile too."""
+        """The compiler's figures for the reference's programs; with `profile`, its static cycle profile too.
+
+        Where no profile can be had (`KERNELBOT_STATIC_PROFILE=off`, or a libtpu without the profiler), the
+        program is the plain compile the unprofiled figures are: one compile and one cache file serve both, the
+        answers saying why they have no cycles."""
         _, programs = self.programs(task)
-        path = self._dir(task) / f"costs4-{target}-{mode if profile else 'unprofiled'}.json"
+        profiled = profile and compilers.no_profile is None
+        path = self._dir(task) / f"costs4-{target}-{mode if profiled else 'unprofiled'}.json"
+        answers = self._compiled_costs(task, programs, path, target, compilers, profiled)
+        if profile and not profiled:
+            return [replace(a, profile_failure=compilers.no_profile) for a in answers]
+        return answers
+
+    def _compiled_costs(self, task: Task, programs: list[Path], path: Path, target: str,
+                        compilers: CompileService, profile: bool) -> list[CompileAnswer]:
         with _lock(str(path)):
             if path.is_file():
                 return [CompileAnswer.from_json(a) for a in json.loads(path.read_text())]
