@@ -84,7 +84,7 @@ def source_helpers() -> str:
 def segment_helpers() -> str:
     """Sums over groups of consecutive columns and their broadcast back (`_seg_sum`, `_seg_expand`), as source
     text: written only where used."""
-    return "\n\n" + helper_source(_HELPERS, "_seg_matrix", "_exact_dot", "_seg_sum", "_seg_expand") + "\n"
+    return "\n\n" + helper_source(_HELPERS, "_seg_matrix", "_exact_dot", "_seg_sum", "_seg_expand", "_seg_dot") + "\n"
 
 
 def to_helper() -> str:

@@ -73,18 +73,19 @@ def _seg_sum(x, g):
     The 0/1 matrix is block diagonal: each 128 groups (a lane tile of sums) read only their 128 * g columns, so
     beyond that the sums go a block at a time; one dense matrix would do cols / g / 128 times the MXU work (on
     40k's 8192 columns in groups of 16, 4x: ~300 GFLOP more than its 550 GFLOP GEMM)."""
-    span = 128 * g
-    if x.shape[-1] <= span or x.shape[-1] % span:
-        return _exact_dot(x, _seg_matrix(x.shape[-1], g))
-    block = _seg_matrix(span, g)
-    return jnp.concatenate([_exact_dot(x[..., s:s + span], block) for s in range(0, x.shape[-1], span)], axis=-1)
+    return _seg_dot(x, 128 * g, lambda n: _seg_matrix(n, g))
 
 
 def _seg_expand(x, g):
     """Each group's value on its g columns: (rows, cols / g) -> (rows, cols); a lane tile of groups at a time,
     as _seg_sum."""
-    if x.shape[-1] <= 128 or x.shape[-1] % 128:
-        return _exact_dot(x, _seg_matrix(x.shape[-1] * g, g, back=True)).astype(x.dtype)
-    block = _seg_matrix(128 * g, g, back=True)
-    parts = [_exact_dot(x[..., s:s + 128], block) for s in range(0, x.shape[-1], 128)]
-    return jnp.concatenate(parts, axis=-1).astype(x.dtype)
+    return _seg_dot(x, 128, lambda n: _seg_matrix(n * g, g, back=True)).astype(x.dtype)
+
+
+def _seg_dot(x, span, matrix):
+    """x @ matrix(cols) for a block-diagonal 0/1 matrix whose blocks read `span` columns: one dense dot up to a
+    block, else a dot per block with matrix(span), concatenated on lane-tile boundaries."""
+    if x.shape[-1] <= span or x.shape[-1] % span:
+        return _exact_dot(x, matrix(x.shape[-1]))
+    block = matrix(span)
+    return jnp.concatenate([_exact_dot(x[..., s:s + span], block) for s in range(0, x.shape[-1], span)], axis=-1)

@@ -99,10 +99,9 @@ def choose_params(spec: ConvShape, chip: ChipSpec) -> tuple[ConvParams, list[str
     # Before a pool the epilogue runs chunk by chunk in an unrolled loop, which overlaps one chunk's MXU work with
     # another's vector work: the longer the loop the better (on a v5e, 39k at 16 chunks of 2048 ran in 2.41 ms,
     # 8 in 2.48, 4 in 2.64-2.68); elsewhere the accumulator's block is in VMEM, and 4 chunks are enough.
-    per_step = 16 if spec.mode == POOL else 4
+    per_step = 16 * chunk if spec.mode == POOL else min(4 * chunk, 4096)
     block_p = -(-wide // chunk) * chunk if spec.mode == PLANE else min(
-        floor_in(space["BLOCK_P"], per_step * chunk if spec.mode == POOL else min(4 * chunk, 4096)),
-        -(-lanes // chunk) * chunk)
+        floor_in(space["BLOCK_P"], per_step), -(-lanes // chunk) * chunk)
     if writes_planes(spec) and spec.mode != PLANE:  # whole leading rows (see the wrapper's rows_blk)
         inner, unit = math.prod(spec.in_spatial[1:]), row_unit(spec)
         block_p = min(spec.out_spatial[0], max(unit, block_p // inner // unit * unit)) * inner
