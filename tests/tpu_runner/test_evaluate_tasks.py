@@ -247,6 +247,41 @@ def test_outputs_that_differ_while_timing_are_judged_by_the_evaluator_against_a_
     assert made, "no float64 run of the reference on the timing's inputs"
 
 
+SCALED_REFERENCE = """
+import jax
+import jax.numpy as jnp
+
+
+def computation(x):
+    return x * 3.0
+
+
+def get_inputs():
+    return [0.01 * jax.random.normal(jax.random.PRNGKey(0), (64, 256), jnp.float32)], []  # its own scale: 1/100
+"""
+
+
+@pytest.mark.slow
+def test_the_timings_unscaled_inputs_get_the_atol_the_normal_case_gets(
+        tmp_path: Path, settings: Settings, spares: SparePool) -> None:
+    """A task whose own inputs are small: its atol is for outputs of that size. The "normal" correctness case and
+    the timing draw unscaled values (100x here); the correctness case scales atol with the output, and outputs that
+    differ while timing are judged with the same scaled atol (a 10p mixture of experts was refused there at 1.7% of
+    its elements, |diff| 2940 against 428, after passing all four correctness cases). A candidate off by 0.2% of the
+    inputs' magnitude passes both; off by far more, it fails the correctness case first."""
+    task = _task(tmp_path, "scaled", SCALED_REFERENCE, "atol: 1.0e-3\nrtol: 0.0\n")
+    near = _kernel(tmp_path, "import jax.numpy as jnp\n\n\ndef computation(x):\n"
+                   "    return x * 3.0 + 2e-3 * jnp.mean(jnp.abs(x))\n")
+    result = evaluate(EvalRequest(task, near, "v6e", allow_pure_jax=True, measure=True), settings, spares=spares)
+    assert result.verdict == "ok", result.message
+    normal = next(c for c in result.correctness.cases if c.name.endswith("/normal"))
+    assert "atol scaled" in normal.note
+    far = tmp_path / "far.py"
+    far.write_text(near.read_text().replace("2e-3", "0.5"))
+    result = evaluate(EvalRequest(task, far, "v6e", allow_pure_jax=True, measure=True), settings, spares=spares)
+    assert result.verdict == "incorrect" and result.stage == "correctness", result.message
+
+
 UNSEEDED_REFERENCE = """
 import jax.numpy as jnp
 import numpy as np

@@ -10,9 +10,10 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "reference_cost": "checkshapes", "reference_form": "checkshapes",
     "CandidateFailed": "correctness", "CandidateRun": "correctness", "case_truth": "correctness",
     "check_configuration": "correctness", "Judge": "correctness", "judged": "correctness",
-    "memory_allowance": "correctness", "perturbed_truth": "correctness", "with_kept_values": "correctness",
+    "memory_allowance": "correctness", "scaled_atol": "correctness", "perturbed_truth": "correctness",
+    "with_kept_values": "correctness",
     "ReferenceRun": "correctness", "run_candidate_case": "correctness", "run_reference_case": "correctness",
-    "compare_outputs": "compare", "Comparison": "compare", "as_output_set": "compare",
+    "compare_outputs": "compare", "Comparison": "compare", "as_output_set": "compare", "output_scale": "compare",
     "as_on_tpu": "numerics", "widened": "numerics", "widened_program": "numerics", "sliced_widened_program": "numerics",
     "load_outputs": "arrays", "OutputSet": "arrays", "save_outputs": "arrays",
 })

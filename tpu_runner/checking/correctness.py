@@ -286,6 +286,13 @@ def judged(candidate: Any, expected: Any, atol: float, rtol: float, truth: Calla
     return comparison, note
 
 
+def scaled_atol(atol: float, scale: float, baseline: float | None) -> float:
+    """atol is set for the task's own input scale (its outputs' `baseline` magnitude); inputs drawn at another
+    scale (the "large" case, unscaled "normal" draws of a task whose own weights are scaled) scale it with the
+    output, so an honest kernel's different summation order is not called wrong on a larger matmul."""
+    return atol * max(1.0, scale / baseline) if baseline else atol
+
+
 @dataclass
 class Judge:
     """Judges the cases of one configuration in order; remembers the scale of the first case's outputs."""
@@ -309,11 +316,9 @@ class Judge:
         if cand.error is not None:
             raise CandidateFailed(cand.error)
         assert cand.outputs is not None
-        # atol is set for the task's own input scale; scaled inputs (the "large" case) scale it with the output,
-        # so an honest kernel's different summation order is not called wrong on a 4096x larger matmul.
         scale = output_scale(ref.expected)
         self.baseline_scale = self.baseline_scale or scale
-        atol = self.atol * max(1.0, scale / self.baseline_scale) if self.baseline_scale else self.atol
+        atol = scaled_atol(self.atol, scale, self.baseline_scale)
         comparison, note = judged(cand.outputs, ref.expected, atol, self.rtol, ref.float64,
                                   ref.perturbed or (lambda: None))
         if not comparison.ok:

@@ -35,7 +35,17 @@ from tpu_runner.candidate import (
     run_candidate,
     stopped_error,
 )
-from tpu_runner.checking import CandidateFailed, CandidateRun, Judge, OutputSet, ReferenceRun, judged, load_outputs
+from tpu_runner.checking import (
+    CandidateFailed,
+    CandidateRun,
+    Judge,
+    OutputSet,
+    ReferenceRun,
+    judged,
+    load_outputs,
+    output_scale,
+    scaled_atol,
+)
 from tpu_runner.hardware import ChipBusy, ChipSpec, UnknownTarget, get_chip, with_chip_memory
 from tpu_runner.reference import ReferenceStopped, output_key, reference_store
 from tpu_runner.reports import (
@@ -176,6 +186,7 @@ class _Evaluation:
         self.timings: dict[str, float] = {}
         self.notes: list[str] = []
         self.artifact_map: dict[str, str] = {}
+        self.output_baseline: float | None = None  # the task's own outputs' magnitude at the production shapes
 
     def stage(self, name: str) -> None:
         if self.on_stage:
@@ -385,6 +396,8 @@ class _Evaluation:
                 differs.append(f"{check.name}: " + "; ".join(check.differs))
             try:
                 cases.extend(self._judge_check(judge, check, job, reference, by_name, outputs))
+                if check.name.startswith("production") and self.output_baseline is None:
+                    self.output_baseline = judge.baseline_scale  # what the timing's outputs are scaled against
             except CandidateFailed as failed:
                 if check.name.startswith("derived"):
                     raise DerivedShapesOnly(failed.error, check.why) from None
@@ -437,9 +450,11 @@ class _Evaluation:
         job = OutputJob(output_key(self.task, config, None, self.store.numerics), config, None, [k.case for k in kept])
         outputs = self.workdir / "outputs"
         for diff in kept:
-            comparison, note = judged(load_outputs(_child_file(outputs, diff.candidate)),
-                                      load_outputs(_child_file(outputs, diff.reference)),
-                                      atol, rtol, partial(self._float64, job, diff.case, "truth"),
+            expected = load_outputs(_child_file(outputs, diff.reference))
+            # The timing's inputs are drawn unscaled, as the "normal" case's are: atol scaled as for that case.
+            comparison, note = judged(load_outputs(_child_file(outputs, diff.candidate)), expected,
+                                      scaled_atol(atol, output_scale(expected), self.output_baseline), rtol,
+                                      partial(self._float64, job, diff.case, "truth"),
                                       partial(self._float64, job, diff.case, "perturbed"))
             if not comparison.ok and comparison.error is not None:
                 return EvalError("mismatch_while_timing", "outputs produced while timing differ from the reference's "
