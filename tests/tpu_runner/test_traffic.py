@@ -408,3 +408,47 @@ def test_a_kernels_dot_precision_is_counted_in_mxu_passes(precision, dtype, pass
     report = pallas_traffic(jax.make_jaxpr(fn)(_spec((128, 128), dtype), _spec((128, 128), dtype)))
     assert _only_call(report).mxu_passes == passes
     assert report.mxu_passes == passes
+
+
+def _gated_kernel(x_ref, y_ref, o_ref):
+    """Two dots behind a branch (the heavier counts) and one in a loop of 3, as a kernel body writes them."""
+
+    @pl.when(pl.program_id(0) < 1)
+    def taken():
+        o_ref[...] = jnp.dot(x_ref[...], y_ref[...]) + jnp.dot(x_ref[...], y_ref[...])
+
+    def step(i, acc):
+        return acc + jnp.dot(x_ref[...], y_ref[...])
+
+    o_ref[...] += jax.lax.fori_loop(0, 3, step, jnp.zeros_like(o_ref))
+
+
+def test_a_kernels_most_flops_come_from_its_body_and_grid() -> None:
+    """What the evaluator bounds a candidate's work by where it is less than the reference's (a mixture of
+    experts' chosen experts): dots in the body, a pl.when's as taken, a loop's by its trip count, times the grid
+    steps. A loop with dots and a run-time trip count leaves it unknown."""
+    x = _spec((256, 128))
+    y = _spec((128, 128))
+
+    def gated(x, y):
+        return pl.pallas_call(_gated_kernel, grid=(2,), in_specs=[pl.BlockSpec((128, 128), lambda i: (i, 0)),
+                                                                   pl.BlockSpec((128, 128), lambda i: (0, 0))],
+                              out_specs=pl.BlockSpec((128, 128), lambda i: (i, 0)),
+                              out_shape=jax.ShapeDtypeStruct((256, 128), jnp.float32))(x, y)
+
+    call = _only_call(pallas_traffic(jax.make_jaxpr(gated)(x, y)))
+    per_dot = 2 * 128 * 128 * 128
+    assert call.step_flops == 5 * per_dot and call.most_flops == 2 * 5 * per_dot
+
+    def unbounded(x, y):
+        def kernel(x_ref, y_ref, o_ref):
+            n = jnp.sum(x_ref[...]).astype(jnp.int32)
+            o_ref[...] = jax.lax.fori_loop(0, n, lambda i, acc: acc + jnp.dot(x_ref[...], y_ref[...]),
+                                           jnp.zeros_like(o_ref))
+        return pl.pallas_call(kernel, grid=(2,), in_specs=[pl.BlockSpec((128, 128), lambda i: (i, 0)),
+                                                           pl.BlockSpec((128, 128), lambda i: (0, 0))],
+                              out_specs=pl.BlockSpec((128, 128), lambda i: (i, 0)),
+                              out_shape=jax.ShapeDtypeStruct((256, 128), jnp.float32))(x, y)
+
+    report = pallas_traffic(jax.make_jaxpr(unbounded)(x, y))
+    assert _only_call(report).step_flops is None and report.most_flops is None

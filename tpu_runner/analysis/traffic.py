@@ -72,6 +72,13 @@ class PallasCallTraffic:
     exact: bool
     multiplicity: int  # runs per computation (scan trip counts multiplied); 1 normally
     mxu_passes: int = 1  # bf16 MXU passes per product of its widest dot (`mxu_passes`)
+    # The most dot FLOPs one grid step can do, read from its body (every pl.when taken); None where a loop's trip
+    # count is a run-time value. Times the steps, the most work the call can do: what the IR says, not a claim.
+    step_flops: float | None = None
+
+    @property
+    def most_flops(self) -> float | None:
+        return None if self.step_flops is None else self.step_flops * self.grid_steps * self.multiplicity
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,12 @@ class TrafficReport:
     @property
     def mxu_passes(self) -> int:
         return max((call.mxu_passes for call in self.calls), default=1)
+
+    @property
+    def most_flops(self) -> float | None:
+        """The most dot FLOPs the kernels can do, from their bodies and grids; None where one's is not known."""
+        each = [call.most_flops for call in self.calls]
+        return None if any(f is None for f in each) else float(sum(each))  # type: ignore[misc]
 
 
 def pallas_traffic(closed_jaxpr: Any) -> TrafficReport:
@@ -166,6 +179,33 @@ def mxu_passes(jaxpr: Any) -> int:
     return passes
 
 
+def step_flops(jaxpr: Any) -> float | None:
+    """The most dot FLOPs one run of a kernel's body can do: each dot's, loops' by their trip counts, a branch's
+    heaviest (a pl.when as taken); None when a loop with dots has a run-time trip count."""
+    total = 0.0
+    for eqn in _eqns(jaxpr):
+        prim = eqn.primitive.name
+        if prim == "dot_general":
+            (contract, _), _ = eqn.params["dimension_numbers"]
+            lhs = eqn.invars[0].aval.shape
+            total += 2.0 * math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[a] for a in contract)
+            continue
+        subs = [step_flops(sub) for sub in _sub_jaxprs(eqn.params)]
+        if any(f is None for f in subs):
+            return None
+        inner = [f for f in subs if f is not None]
+        if prim == "cond":
+            total += max(inner, default=0.0)
+        elif prim == "scan":
+            total += int(eqn.params["length"]) * sum(inner)
+        elif prim == "while":
+            if sum(inner):
+                return None
+        else:
+            total += sum(inner)
+    return total
+
+
 def _weighted_hbm_bytes(calls: Sequence[PallasCallTraffic]) -> int:
     return sum(call.hbm_bytes * call.multiplicity for call in calls)
 
@@ -211,6 +251,7 @@ def _pallas_call_traffic(eqn: Any) -> PallasCallTraffic:
         exact=grid_known and runs_exact and not any(op.in_hbm_manual for op in operands),
         multiplicity=1,
         mxu_passes=mxu_passes(eqn.params["jaxpr"]),
+        step_flops=step_flops(eqn.params["jaxpr"]) if grid_known else None,
     )
 
 

@@ -38,8 +38,13 @@ class CandidateProgram:
 def _roofline(chip: ChipSpec, configs: list[Configuration], cand: list[CandidateProgram],
               ref: list[CompileAnswer], used: list[list[bool]] | None = None) -> Roofline:
     """The task's work (the reference's FLOPs) against its compulsory traffic: the inputs it reads, read once, and
-    its outputs written once (an input the reference ignores costs nothing)."""
-    flops = sum(r.cost.get("flops", 0.0) for r in ref)
+    its outputs written once (an input the reference ignores costs nothing). Matmul work the candidate's program
+    cannot do (beyond the most its kernels' bodies and grids and its XLA ops can: a mixture of experts' unchosen
+    experts, which the reference computes and weights by zero) is not counted: a time below the reference's FLOPs
+    at peak is then what skipping that work gives, and correctness, checked on every input set and while timing,
+    decides whether the skipped work was needed."""
+    flops = sum(r.cost.get("flops", 0.0) - _skipped_flops(c, r) for c, r in zip(cand, ref, strict=True)) \
+        if len(cand) == len(ref) else sum(r.cost.get("flops", 0.0) for r in ref)
     reads = [u if u else [True] * len(cfg.dynamic) for cfg, u in zip(configs, used or [None] * len(configs),
                                                                       strict=True)]
     compulsory = sum(sum(a.nbytes for a, read in zip(cfg.dynamic, r, strict=True) if read)
@@ -47,6 +52,19 @@ def _roofline(chip: ChipSpec, configs: list[Configuration], cand: list[Candidate
         c.compiled.memory.get("output_size_in_bytes", 0) for c in cand)
     dtype = configs[0].dynamic[0].dtype if configs and configs[0].dynamic else "float32"
     return roofline(chip, flops=flops, bytes_moved=compulsory, dtype_name=dtype)
+
+
+def _skipped_flops(cand: CandidateProgram, ref: CompileAnswer) -> float:
+    """The reference's work that the candidate's program cannot do: its FLOPs beyond the most the candidate's
+    kernels' bodies and grids can do plus its XLA ops' (XLA's count, less what it took from the kernels' own cost
+    estimates, as the bytes are counted). 0 where the kernels do no matmuls or their most is unknown: then nothing
+    they skip is told apart from elementwise work, which is not counted in their most."""
+    most = cand.traffic.most_flops
+    if not most:
+        return 0.0
+    claimed = sum((call.claimed_flops or 0.0) * call.multiplicity for call in cand.traffic.calls)
+    around = max(0.0, cand.compiled.cost.get("flops", 0.0) - claimed)
+    return max(0.0, ref.cost.get("flops", 0.0) - most - around)
 
 
 def _roofline_dict(roof: Roofline) -> dict[str, Any]:
@@ -68,8 +86,10 @@ def estimated_performance(chip: ChipSpec, mode: str, prod: list[Configuration], 
     roof = _roofline(chip, prod, cand, ref, used)
     # A kernel does at least the task's work that the XLA ops around it do not, in as many MXU passes as its dots'
     # precision takes (an f32 dot at HIGHEST: six): its time without a profile, and the least it takes with one.
+    # Less the matmul work the kernels' bodies and grids cannot do (a mixture of experts' unchosen experts).
     kernel_flops = [max(0.0, r.cost.get("flops", 0.0) - sum(op.flops * op.repeat for op in c.compiled.hlo_ops
-                                                             if op.target != KERNEL_TARGET)) * c.traffic.mxu_passes
+                                                             if op.target != KERNEL_TARGET)
+                        - _skipped_flops(c, r)) * c.traffic.mxu_passes
                     for c, r in zip(cand, ref, strict=True)]
     c_time = programs_time(chip, [c.compiled for c in cand], mode=mode,
                            kernel_bytes=[float(c.traffic.total_hbm_bytes) for c in cand], kernel_flops=kernel_flops,
