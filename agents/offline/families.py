@@ -8,6 +8,7 @@
 - attention: two matmuls, scaled dot-product attention (agents.offline.attention).
 - retention: two matmuls without a softmax, a causal decay and an L1 row norm (agents.offline.retention).
 - cross-entropy: a row's log-sum-exp minus its label's logit, from logits or a matmul (agents.offline.crossentropy).
+- mixture of experts: every expert's MLP on every token, weighted by a top-k routing (agents.offline.moe).
 - convolution and scan (the agents.offline.conv and agents.offline.scan packages), in their own modules
   (RECOGNISERS).
 Everything else gets a NotRecognised that names what it met.
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agents.offline import conv, crossentropy, retention, scan
+from agents.offline import conv, crossentropy, moe, retention, scan
 from agents.offline.attention import Attention, recognise_attention
 from agents.offline.expr import (
     FLOAT_DTYPES,
@@ -42,9 +43,9 @@ FAMILIES = ("elementwise/broadcast chains, row reductions and normalisations ove
             "tail of whole-array work, later matmuls included, left to XLA), scaled dot-product attention (causal "
             "or not, grouped-query heads, a bias, any head layout), retention (two matmuls without a softmax: a "
             "causal decay from positions, rows divided by their absolute sums), cross-entropy losses (from logits "
-            "or a language model's head, per row or averaged), 2-D and 3-D convolutions (padded, strided, "
-            "input-dilated as a transposed one is) followed by such a chain, a global pool or a per-plane "
-            "normalisation, and scans (prefix sums, linear recurrences)")
+            "or a language model's head, per row or averaged), mixtures of MLP experts with top-k routing, 2-D and "
+            "3-D convolutions (padded, strided, input-dilated as a transposed one is) followed by such a chain, a "
+            "global pool or a per-plane normalisation, and scans (prefix sums, linear recurrences)")
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ Spec = Rowwise | Matmul | Attention | FamilySpec
 # ones: each returns None for a program not of its kind and raises NotRecognised for one it cannot take.
 Recogniser = Callable[[Program, Value], FamilySpec | None]
 RECOGNISERS: tuple[Recogniser, ...] = (conv.recognise, scan.recognise_scan, retention.recognise_retention,
-                                        crossentropy.recognise_cross_entropy)
+                                        crossentropy.recognise_cross_entropy, moe.recognise_moe)
 
 
 def _single_output(program: Program) -> Value:

@@ -34,6 +34,9 @@ class Value:
 
 Arg = Value | float | int | bool  # a literal is a Python scalar
 
+# Operations of several results the program keeps, as one op per result (`params["result"]` says which): a top-k's
+# values and indices (a mixture of experts' routing).
+MULTI_RESULT = frozenset({"top_k"})
 DRAWS = ("_normal", "_uniform")  # jax.random's draws (the names of their jitted bodies) a wrapper repeats
 
 
@@ -231,12 +234,14 @@ class _Builder:
             else:
                 ins = [read(a) for a in eqn.invars]
                 out_values = [self.value(v.aval) for v in eqn.outvars]
-                if len(out_values) != 1:
+                if len(out_values) != 1 and eqn.primitive.name not in MULTI_RESULT:
                     raise NotImplementedError(f"the reference uses {eqn.primitive.name}, an operation with "
                                               f"{len(out_values)} results, which the offline brain does not write "
                                               "kernels for")
                 params = {k: v for k, v in eqn.params.items() if k not in ("out_sharding", "sharding")}
-                self.ops.append(Op(eqn.primitive.name, tuple(ins), params, out_values[0]))
+                for i, out_value in enumerate(out_values):  # one op per result, `result` saying which
+                    extra = {"result": i} if len(out_values) > 1 else {}
+                    self.ops.append(Op(eqn.primitive.name, tuple(ins), params | extra, out_value))
                 outs = out_values
             for var, out in zip(eqn.outvars, outs, strict=True):
                 env[var] = out

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from agents.offline.expr import BINARY, FLOAT_DTYPES, REDUCE, UNARY, literal, unsupported
 from agents.offline.program import Arg, Op, Program, Value
 
@@ -146,6 +148,11 @@ def tail_lines(tail: tuple[Op, ...], names: dict[int, str], sizes: dict[int, str
                     f"{tuple(p['window_dimensions'])}, {tuple(p['window_strides'])}, "
                     f"{tuple(tuple(q) for q in p['padding'])}, {tuple(p['base_dilation'])}, "
                     f"{tuple(p['window_dilation'])})")
+        elif op.prim == "top_k" and int(p.get("axis", -1)) in (-1, len(op.args[0].shape) - 1):
+            expr = f"lax.top_k({x}, {int(p['k'])})[{int(p['result'])}]"
+        elif op.prim == "iota":
+            expr = (f"lax.broadcasted_iota(jnp.{np.dtype(p['dtype']).name}, {shape(p['shape'])}, "
+                    f"{int(p['dimension'])})")
         elif op.prim in REDUCE:
             expr = f"{REDUCE[op.prim]}({x}, axis={tuple(p['axes'])})"
         else:
