@@ -68,6 +68,12 @@ def position_value(program: Program, arg: Any, *, depth: int = 0,
             return None
         x = np.broadcast_to(args[0], source.shape)
         out = np.transpose(x, op.params["permutation"]) if op.prim == "transpose" else x.reshape(op.out.shape)
+    elif op.prim == "concatenate":
+        parts = [np.broadcast_to(a, v.shape) for a, v in zip(args, op.args, strict=True)  # type: ignore[union-attr]
+                 if isinstance(v, Value)]
+        if len(parts) != len(op.args):
+            return None
+        out = np.concatenate(parts, axis=int(op.params["dimension"]))
     elif op.prim == "convert_element_type":
         out = np.asarray(args[0]).astype(_dtype(op.params["new_dtype"]))
     elif op.prim == "select_n" and len(args) == 3:

@@ -11,6 +11,7 @@ import pytest
 
 from agents.offline.brain import analyse
 from agents.offline.emit import source
+from agents.offline.expr import NotRecognised
 from agents.offline.layout import canonical_convolutions
 from agents.offline.params import choose
 from agents.offline.program import Op, Program, Value
@@ -67,3 +68,47 @@ def test_a_channels_last_port_gets_the_convolution_kernel(tmp_path: Path, settin
     kernel.write_text(source(spec, choose(spec, V6E)[0]))
     result = evaluate_many([EvalRequest(task.path, kernel, "v6e")], verdict_settings)[0]
     assert getattr(result, "verdict", None) == "ok", getattr(result, "message", result)
+
+
+DILATED_BY_HAND = '''import jax
+import jax.numpy as jnp
+
+
+def computation(x, w):
+    n, c, h, wd = x.shape
+    dilated = jnp.zeros((n, c, 2 * h - 1, 2 * wd - 1), x.dtype).at[:, :, ::2, ::2].set(x)
+    rhs = jnp.flip(w, axis=(2, 3)).transpose(1, 0, 2, 3)
+    y = jax.lax.conv_general_dilated(dilated, rhs, (1, 1), [(2, 2), (2, 2)],
+                                     dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    return jax.nn.gelu(y)
+
+
+def get_inputs():
+    k = jax.random.split(jax.random.key(0), 2)
+    x = jax.random.normal(k[0], (2, 8, 12, 16), jnp.bfloat16)
+    w = (jax.random.normal(k[1], (8, 16, 4, 4)) / 8.0).astype(jnp.bfloat16)
+    return [x, w], []
+'''
+
+
+@pytest.mark.slow
+def test_a_transposed_convolution_over_an_input_dilated_by_hand_reads_the_scatter_as_a_pad(
+        tmp_path: Path, settings: Settings, verdict_settings: Settings) -> None:
+    """benchmarks/measured/28k's form: the input scattered into zeros at every second position, then a dense
+    convolution with the flipped, in/out-swapped kernel. The scatter is the lax.pad with interior padding it is
+    (what the convolution family reads), and the kernel is ok; a scatter at positions that are not strided stays
+    a prologue."""
+    task = reference_task(tmp_path, "dilated", DILATED_BY_HAND, description="by hand")
+    spec = analyse(read_task(task, settings), V6E)
+    assert spec.family == "convolution", spec
+    text = source(spec, choose(spec, V6E)[0])
+    assert "((0, 0, 0), (0, 0, 0), (0, 0, 1), (0, 0, 1))" in text  # the dilation, as XLA pads it before the kernel
+    kernel = tmp_path / "dilated_kernel.py"
+    kernel.write_text(text)
+    [result] = evaluate_many([EvalRequest(task.path, kernel, "v6e")], verdict_settings)
+    assert result.verdict == "ok", result.message
+    uneven = DILATED_BY_HAND.replace(".at[:, :, ::2, ::2].set(x)", ".at[:, :, jnp.array([0, 3, 4, 6, 8, 10, 12, 14, "
+                                     "16, 18, 20, 22]), ::2].set(x)")
+    task = reference_task(tmp_path, "uneven", uneven, description="not strided")
+    with pytest.raises(NotRecognised, match="scatter: a prologue"):
+        analyse(read_task(task, settings), V6E)

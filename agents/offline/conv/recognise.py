@@ -95,10 +95,10 @@ def _source_input(program: Program, arg: Any, what: str) -> tuple[Value, list[Op
                 and all(tuple(c) == (0, 0, 0) for c in producer.params["padding_config"][:2])))
         if not allowed:
             prim = producer.prim if producer else "a constant"
-            raise NotRecognised(f"the convolution's {what} is computed inside the reference ({prim}: a prologue, "
-                                "as a transposed convolution written over a zero-dilated input is); the offline "
-                                "brain fuses epilogues after a convolution of the inputs themselves (through "
-                                "zero padding of the image and reversed or transposed kernels)")
+            raise NotRecognised(f"the convolution's {what} is computed inside the reference ({prim}: a prologue); "
+                                "the offline brain fuses epilogues after a convolution of the inputs themselves "
+                                "(through zero padding or dilation of the image - a scatter into zeros at strided "
+                                "positions included - and reversed or transposed kernels)")
         assert producer is not None
         prologue.append(producer)
         arg = producer.args[0]
