@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +24,20 @@ def sub_jaxprs(value: Any) -> Iterator[Any]:
     elif isinstance(value, tuple | list):
         for item in value:
             yield from sub_jaxprs(item)
+
+
+def eqn_flops(eqn: Any) -> float:
+    """FLOPs of one equation if it is a dot or a convolution (elementwise work is not counted), else 0."""
+    name = eqn.primitive.name
+    if name == "dot_general":
+        (lc, _), _ = eqn.params["dimension_numbers"]
+        lhs = eqn.invars[0].aval.shape
+        return 2.0 * math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[d] for d in lc)
+    if name == "conv_general_dilated":
+        rhs = eqn.invars[1].aval.shape
+        spec = eqn.params["dimension_numbers"].rhs_spec  # (out feature, in feature, *spatial)
+        return 2.0 * math.prod(eqn.outvars[0].aval.shape) * math.prod(rhs[d] for d in spec[1:])
+    return 0.0
 
 
 def iter_eqns(jaxpr: Any) -> Iterator[Any]:

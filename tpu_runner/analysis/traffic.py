@@ -36,6 +36,7 @@ from tpu_runner.analysis.grid_walk import (
     space_name,
     static_grid,
 )
+from tpu_runner.analysis.jaxpr_walk import eqn_flops
 
 DEFAULT_BUFFER_COUNT = 2  # the Pallas TPU pipeline double-buffers every blocked operand
 _VMEM_SPACES = frozenset({"vmem", "default"})
@@ -185,11 +186,7 @@ def step_flops(jaxpr: Any) -> float | None:
     total = 0.0
     for eqn in _eqns(jaxpr):
         prim = eqn.primitive.name
-        if prim == "dot_general":
-            (contract, _), _ = eqn.params["dimension_numbers"]
-            lhs = eqn.invars[0].aval.shape
-            total += 2.0 * math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[a] for a in contract)
-            continue
+        total += eqn_flops(eqn)
         subs = [step_flops(sub) for sub in _sub_jaxprs(eqn.params)]
         if any(f is None for f in subs):
             return None

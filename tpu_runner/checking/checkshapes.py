@@ -62,21 +62,6 @@ class Production:
     form: ProgramForm
 
 
-def _eqn_flops(eqn: Any) -> float:
-    name = eqn.primitive.name
-    if name == "dot_general":
-        (lc, _), _ = eqn.params["dimension_numbers"]
-        lhs = eqn.invars[0].aval.shape
-        out = eqn.outvars[0].aval.shape
-        return 2.0 * math.prod(out) * math.prod(lhs[d] for d in lc)
-    if name == "conv_general_dilated":
-        rhs = eqn.invars[1].aval.shape
-        out = eqn.outvars[0].aval.shape
-        spec = eqn.params["dimension_numbers"].rhs_spec  # (out feature, in feature, *spatial)
-        return 2.0 * math.prod(out) * math.prod(rhs[d] for d in spec[1:])
-    return 0.0
-
-
 def _flops(jaxpr: Any, dependent: list[bool]) -> float:
     """FLOPs of the dots and convolutions that depend on the inputs marked `dependent`: one of constants only (a
     model's fixed weights multiplied together) is folded by XLA before the program runs."""
@@ -88,7 +73,7 @@ def _flops(jaxpr: Any, dependent: list[bool]) -> float:
         uses = [not hasattr(v, "val") and v in live for v in eqn.invars]
         if not any(uses):
             continue
-        total += _eqn_flops(eqn)
+        total += jaxpr_walk.eqn_flops(eqn)
         for value in eqn.params.values():
             for sub in jaxpr_walk.sub_jaxprs(value):
                 inner = sub.jaxpr if hasattr(sub, "jaxpr") else sub

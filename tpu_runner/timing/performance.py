@@ -43,8 +43,7 @@ def _roofline(chip: ChipSpec, configs: list[Configuration], cand: list[Candidate
     experts, which the reference computes and weights by zero) is not counted: a time below the reference's FLOPs
     at peak is then what skipping that work gives, and correctness, checked on every input set and while timing,
     decides whether the skipped work was needed."""
-    flops = sum(r.cost.get("flops", 0.0) - _skipped_flops(c, r) for c, r in zip(cand, ref, strict=True)) \
-        if len(cand) == len(ref) else sum(r.cost.get("flops", 0.0) for r in ref)
+    flops = sum(r.cost.get("flops", 0.0) - _skipped_flops(c, r) for c, r in zip(cand, ref, strict=True))
     reads = [u if u else [True] * len(cfg.dynamic) for cfg, u in zip(configs, used or [None] * len(configs),
                                                                       strict=True)]
     compulsory = sum(sum(a.nbytes for a, read in zip(cfg.dynamic, r, strict=True) if read)
