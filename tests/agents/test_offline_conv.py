@@ -169,8 +169,11 @@ def test_convolutions_get_ok_kernels(tmp_path: Path, settings: Settings, verdict
     assert [bool(s.tail) for s in specs] == [False] * 5 + [True]
     assert specs[5].tail[0].prim == "reduce_window_max" and "XLA ops on whole arrays" in specs[5].describe()
     assert "per-plane statistics" in specs[0].describe() and "global pool" in specs[1].describe()
-    assert "padded to this" in specs[0].describe() and "padded and dilated" in specs[3].describe()
-    assert specs[3].in_spatial == (12 * 2 - 1 + 2 * 2,) * 2 and specs[3].c_out == 24  # the dilated, padded image
+    assert "padded to this" in specs[0].describe() and "input dilation 2x2" in specs[3].describe()
+    # The transposed one's 4 output phases of 12 x 12 as channel groups of a stride-1 3 x 3 convolution of the
+    # undilated image padded by one (not the dense 4 x 4 one over the 27 x 27 dilated image: 4x the MXU work)
+    assert (specs[3].in_spatial, specs[3].window, specs[3].c_out) == ((14, 14), (3, 3), 4 * 24)
+    assert specs[3].phases == ((2, 2, 24),) * 2 and not specs[3].x_pads
     # 35 x 42 padded, 17 x 20 outputs: four phases of 16 channels, 2 x 2 taps, an 18 x 21 image
     assert (specs[4].c_in, specs[4].window, specs[4].in_spatial) == (64, (2, 2), (18, 21))
     plan = choose(specs[1], V6E)[1]

@@ -88,6 +88,31 @@ def test_space_to_depth_keeps_a_strided_convolution() -> None:
     np.testing.assert_allclose(np.asarray(dense), np.asarray(strided), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize(("shape", "kernel", "dilation", "padding"), [
+    ((2, 3, 7, 9), (5, 3, 4, 4), (2, 2), ((2, 2), (2, 2))),  # PyTorch's ConvTranspose2d(k=4, s=2, p=1)
+    ((1, 2, 6, 5), (4, 2, 3, 5), (3, 2), ((1, 0), (3, 4))),  # uneven pads and strides: phases of unequal length
+    ((1, 2, 5, 6), (3, 2, 2, 2), (3, 3), ((1, 1), (1, 1))),  # a stride beyond the window: phases with no tap
+    ((2, 3, 4, 5, 6), (4, 3, 4, 4, 4), (2, 2, 2), ((2, 2),) * 3),
+])
+def test_stride_phases_keep_a_transposed_convolution(shape: tuple[int, ...], kernel: tuple[int, ...],
+                                                     dilation: tuple[int, ...], padding: tuple) -> None:
+    """The phases as channel groups of a stride-1 convolution of the undilated image, interleaved back, are the
+    convolution over the dilated image."""
+    rng = np.random.default_rng(3)
+    x = jnp.asarray(rng.standard_normal(shape), jnp.float32)
+    w = jnp.asarray(rng.standard_normal(kernel), jnp.float32)
+    names = ("NCHW", "OIHW", "NCHW") if len(shape) == 4 else ("NCDHW", "OIDHW", "NCDHW")
+    ones = (1,) * len(dilation)
+    dense = lax.conv_general_dilated(x, w, ones, padding, lhs_dilation=dilation, dimension_numbers=names,
+                                     precision=lax.Precision.HIGHEST)
+    phases = tuple((d, lo, n) for d, (lo, _), n in zip(dilation, padding, dense.shape[2:], strict=True))
+    xp, wp = conv_helpers._stride_phases(x, w, phases)
+    assert wp.shape[0] == kernel[0] * int(np.prod(dilation)) and xp.shape[:2] == shape[:2]
+    split = lax.conv_general_dilated(xp, wp, ones, "VALID", dimension_numbers=names, precision=lax.Precision.HIGHEST)
+    np.testing.assert_allclose(np.asarray(conv_helpers._interleave_phases(split, phases)), np.asarray(dense),
+                               rtol=1e-4, atol=1e-4)
+
+
 def test_valid_mask_leaves_out_wide_and_padded_positions() -> None:
     mask = np.asarray(conv_helpers._valid_mask((4, 5), (2, 3), 16)).reshape(-1)
     want = [1.0 if p < 2 * 5 and p % 5 < 3 else 0.0 for p in range(16)]

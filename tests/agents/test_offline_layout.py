@@ -96,13 +96,14 @@ def test_a_transposed_convolution_over_an_input_dilated_by_hand_reads_the_scatte
         tmp_path: Path, settings: Settings, verdict_settings: Settings) -> None:
     """benchmarks/measured/28k's form: the input scattered into zeros at every second position, then a dense
     convolution with the flipped, in/out-swapped kernel. The scatter is the lax.pad with interior padding it is
-    (what the convolution family reads), and the kernel is ok; a scatter at positions that are not strided stays
-    a prologue."""
+    (what the convolution family reads, computing the output phases of that dilation), and the kernel is ok; a
+    scatter at positions that are not strided stays a prologue."""
     task = reference_task(tmp_path, "dilated", DILATED_BY_HAND, description="by hand")
     spec = analyse(read_task(task, settings), V6E)
     assert spec.family == "convolution", spec
     text = source(spec, choose(spec, V6E)[0])
-    assert "((0, 0, 0), (0, 0, 0), (0, 0, 1), (0, 0, 1))" in text  # the dilation, as XLA pads it before the kernel
+    # the scatter's dilation and the convolution's padding as one, computed as the 4 output phases
+    assert "x, w = _stride_phases(x, w, ((2, 2, 24), (2, 2, 32)))" in text
     kernel = tmp_path / "dilated_kernel.py"
     kernel.write_text(text)
     [result] = evaluate_many([EvalRequest(task.path, kernel, "v6e")], verdict_settings)

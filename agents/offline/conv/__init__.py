@@ -16,6 +16,10 @@ every tap a plain shift of the lanes. Per grid step (sample, output-channel bloc
 - the epilogue runs on the f32 accumulator; spatial reductions mask the wide positions out, and a global pool
   accumulates across the position axis ('arbitrary'), so only [N, C] goes back to HBM.
 A plane statistic (instance norm) needs the whole plane: its position block is the whole plane.
+A transposed convolution (input dilation) with an elementwise epilogue is computed by output phase: each phase of
+the dilation a group of output channels of a stride-1 convolution of the undilated image (its taps those of the
+kernel that land on real samples), interleaved by XLA after the kernel; the dense form over the dilated image
+multiplies the inserted zeros ((s^rank - 1) / s^rank of its MXU work and tap shifts).
 The input is padded (channels to the sublane tile, positions past the last tap's reach) and the wide output is
 cropped with XLA ops outside the kernel; that traffic is counted in the reasons.
 

@@ -31,6 +31,51 @@ def _space_to_depth(x, w, strides):
     return x, w
 
 
+def _phase_taps(stride, lo, k):
+    """One axis of a transposed convolution (its input dilated by `stride`, padded by `lo` in front, a window of
+    k): output o = stride * q + r reads input sample q + (r + t - lo) / stride through tap t, where that divides.
+    The first such offset over every phase r and tap t, and the window covering them all."""
+    offsets = [(r + t - lo) // stride for r in range(stride) for t in range(k) if (r + t - lo) % stride == 0]
+    return min(offsets), max(offsets) - min(offsets) + 1
+
+
+def _stride_phases(x, w, phases):
+    """A transposed convolution as a stride-1 convolution of the undilated input: each output phase (o mod the
+    stride, per axis) becomes a group of output channels (phase-major) whose taps are w's that land on real input
+    samples, zero elsewhere, so no MXU work multiplies the dilation's zeros. `phases` holds per spatial axis the
+    dilation, the front pad in the dilated image and the output's length; `_interleave_phases` undoes the split."""
+    zero = jnp.zeros((), x.dtype)
+    pads = []
+    for a, (stride, lo, length) in enumerate(phases):
+        axis, k = 2 + a, w.shape[2 + a]
+        first, width = _phase_taps(stride, lo, k)
+        rows = -(-length // stride)  # outputs per phase; the last phases' extra ones are cropped
+        pads.append((-first, rows + width - 1 - x.shape[axis] + first, 0))
+        none = jnp.zeros_like(lax.slice_in_dim(w, 0, 1, axis=axis))
+        taps = [stride * (j + first) - r + lo for r in range(stride) for j in range(width)]
+        w = jnp.concatenate([lax.slice_in_dim(w, t, t + 1, axis=axis) if 0 <= t < k else none for t in taps],
+                            axis=axis)
+    x = lax.pad(x, zero, ((0, 0, 0),) * 2 + tuple(pads))
+    rank = len(phases)
+    split = sum(((stride, w.shape[2 + a] // stride) for a, (stride, _, _) in enumerate(phases)), ())
+    w = w.reshape(w.shape[:2] + split)  # [C_out, C_in, s1, K1, s2, K2, ...]
+    perm = tuple(2 + 2 * a for a in range(rank)) + (0, 1) + tuple(3 + 2 * a for a in range(rank))
+    w = w.transpose(perm)  # [s1, s2, ..., C_out, C_in, K1, K2, ...]
+    return x, w.reshape((-1,) + w.shape[rank + 1:])
+
+
+def _interleave_phases(y, phases):
+    """[N, phases * C, Q1, ...] from a `_stride_phases` convolution back to [N, C, length1, ...]: output o of an
+    axis is phase o mod s at q = o // s."""
+    rank = len(phases)
+    strides = tuple(stride for stride, _, _ in phases)
+    n, rows = y.shape[0], y.shape[2:]
+    y = y.reshape((n,) + strides + (-1,) + rows)
+    perm = (0, rank + 1) + sum(((rank + 2 + a, 1 + a) for a in range(rank)), ())
+    y = y.transpose(perm).reshape((n, y.shape[rank + 1]) + tuple(q * s for q, s in zip(rows, strides)))
+    return lax.slice(y, (0,) * y.ndim, y.shape[:2] + tuple(length for _, _, length in phases))
+
+
 def _padded(x, axis, size):
     # lax.pad even when nothing is added: the program keeps one form at every shape (checked = timed).
     widths = [(0, 0, 0)] * x.ndim

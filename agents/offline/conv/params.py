@@ -16,6 +16,7 @@ from agents.offline.conv.shape import (
     flattens_in_vmem,
     offset_strides,
     padded_channels,
+    phase_count,
     row_unit,
     wide_positions,
     writes_planes,
@@ -131,6 +132,20 @@ def choose_params(spec: ConvShape, chip: ChipSpec) -> tuple[ConvParams, list[str
            else "the f32 accumulator and the epilogue's values")
         + f", under a {limit // MiB} MiB scoped limit.",
     ]
+    if spec.phases:
+        count = phase_count(spec)
+        reasons.append(f"The reference's input dilation would multiply zeros in {count - 1} of every {count} MXU "
+                       f"products and tap shifts; its {count} output phases are computed instead as {count} groups "
+                       f"of {spec.c_out // count} output channels of a stride-1 convolution of the undilated image "
+                       f"(window {'x'.join(map(str, spec.window))}, each phase's taps those of the reference's kernel "
+                       "that land on real samples, zeros elsewhere), and XLA interleaves the phases into the "
+                       "reference's layout after the kernel (a pass over the output).")
+        if chip.name == "v5e" and spec.rank == 3:  # what the chip said of this form (docs/tpu-host.md)
+            reasons.append("Expect the phases' interleave to cost more than the convolution on a v5e: measured "
+                           "there (a 3-D transposed convolution of 32 to 64 channels, stride 2, then a layer norm "
+                           "over the width), the kernel took 5.8 of 29.6 ms and XLA's crop of the wide rows and "
+                           "interleave of the width's phases on the lanes most of the rest: x0.89 of XLA's speed, "
+                           "against x0.68 for the dense form over the dilated image.")
     if spec.mode == POOL:
         reasons.append("The global pool accumulates across the position axis ('arbitrary'); only [N, C] is "
                        "written back.")

@@ -10,7 +10,8 @@ from typing import Any
 
 from agents.offline.conv.epilogue import REDUCTIONS, ConvCode, depends_on_reduction
 from agents.offline.conv.family import Conv
-from agents.offline.conv.shape import PLANE, POOL, TILED, ConvOperand, value_kind
+from agents.offline.conv.helpers import _phase_taps
+from agents.offline.conv.shape import PLANE, POOL, TILED, ConvOperand, dilates, value_kind
 from agents.offline.expr import FLOAT_DTYPES, FULL, ROW, SCALAR, NotRecognised, unsupported
 from agents.offline.program import Op, Program, Value, itemsize
 from agents.offline.tail import TAIL_PRIMS, splits, tail_inputs
@@ -74,6 +75,27 @@ def _space_to_depth_view(c_in: int, spatial: tuple[int, ...], window: tuple[int,
     out = tuple((p - k) // s + 1 for p, k, s in zip(spatial, window, strides, strict=True))
     return c_in * math.prod(strides), tuple(o - 1 + k for o, k in zip(out, small, strict=True)), small
 
+
+
+def _one_pad(pads: tuple[tuple[tuple[int, int, int], ...], ...]) -> tuple[tuple[int, int, int], ...] | None:
+    """Pads applied in turn as one (lo, hi, interior) per axis, when they compose: none crops and only the first
+    dilates (a scatter into zeros, then the convolution's own padding)."""
+    if any(lo < 0 or hi < 0 for pad in pads for lo, hi, _ in pad) or any(dilates((pad,)) for pad in pads[1:]):
+        return None
+    return tuple((sum(p[a][0] for p in pads), sum(p[a][1] for p in pads), pads[0][a][2])
+                 for a in range(len(pads[0])))
+
+
+def _phase_view(c_out: int, spatial: tuple[int, ...], window: tuple[int, ...], pad: tuple[tuple[int, int, int], ...]
+                ) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[tuple[int, int, int], ...]]:
+    """The stride-1 convolution of the undilated image that computes a transposed one's output phases as groups
+    of output channels (helpers._stride_phases): channels, image and window sizes, and the phases."""
+    phases = tuple((i + 1, lo, (s - 1) * (i + 1) + 1 + lo + hi - k + 1)
+                   for s, (lo, hi, i), k in zip(spatial, pad, window, strict=True))
+    taps = [_phase_taps(d, lo, k) for (d, lo, _), k in zip(phases, window, strict=True)]
+    window = tuple(width for _, width in taps)
+    image = tuple(-(-length // d) + width - 1 for (d, _, length), width in zip(phases, window, strict=True))
+    return c_out * math.prod(d for d, _, _ in phases), image, window, phases
 
 
 _LAYOUT_STEPS = {"rev": "dimensions", "transpose": "permutation"}  # kernel layout changes the wrapper repeats
@@ -219,11 +241,19 @@ def recognise_conv(program: Program, output: Value) -> Conv | None:
     kernel = conv.args[1]
     assert isinstance(kernel, Value)
     strides = _ints(conv.params.get("window_strides") or (1,) * rank)
-    c_in, in_spatial, window = x_v.shape[1], _after_pads(x_v.shape[2:], x_pads), kernel.shape[2:]
+    c_in, c_out, in_spatial, window = x_v.shape[1], kernel.shape[0], _after_pads(x_v.shape[2:], x_pads), \
+        kernel.shape[2:]
     if strides != (1,) * rank:
         c_in, in_spatial, window = _space_to_depth_view(c_in, in_spatial, window, strides)
+    phases: tuple[tuple[int, int, int], ...] = ()
+    # A transposed convolution multiplies the dilation's zeros: (s^rank - 1) / s^rank of the dense form's MXU work
+    # and tap shifts. Its output phases are a stride-1 convolution of the undilated image instead, written phase by
+    # phase as channel groups and interleaved by XLA; an epilogue reducing over positions would span the groups.
+    if mode == TILED and dilates(x_pads) and (pad := _one_pad(x_pads)) is not None:
+        c_out, in_spatial, window, phases = _phase_view(c_out, x_v.shape[2:], window, pad)
+        x_pads = ()
     return Conv(x=program.inputs.index(x_v), w=program.inputs.index(w_v), rank=rank, batch=x_v.shape[0],
-                c_in=c_in, c_out=kernel.shape[0], in_spatial=in_spatial, window=window, x_pads=x_pads,
+                c_in=c_in, c_out=c_out, in_spatial=in_spatial, window=window, x_pads=x_pads, phases=phases,
                 w_steps=w_steps, strides=strides if strides != (1,) * rank else (), tail=tuple(tail),
                 inputs=tuple(program.inputs),
                 dtype=x_v.dtype, w_dtype=w_v.dtype, highest=highest, conv_out=conv.out, operands=tuple(operands),

@@ -51,6 +51,10 @@ class ConvShape:
     # The reference's strides; in_spatial, window and c_in are then those of the stride-1 convolution the kernel
     # computes over the space-to-depth image (each phase of the stride a group of input channels).
     strides: tuple[int, ...] = ()
+    # A transposed convolution's output phases, per spatial axis (dilation, front pad in the dilated image, output
+    # length); c_out, in_spatial and window are then those of the stride-1 convolution of the undilated image that
+    # computes every phase as a group of output channels (helpers._stride_phases).
+    phases: tuple[tuple[int, int, int], ...] = ()
     tail: tuple[Op, ...] = ()  # after `output`, as XLA ops on whole arrays (agents.offline.tail)
     inputs: tuple[Value, ...] = ()  # the reference's inputs, which the tail may read
 
@@ -75,10 +79,19 @@ class ConvShape:
         if self.strides:
             padded += (f" (stride {'x'.join(map(str, self.strides))}, as a stride-1 convolution of its space-to-depth "
                        "image)")
+        if self.phases:
+            padded += (f" (input dilation {'x'.join(str(d) for d, _, _ in self.phases)}, as a stride-1 convolution "
+                       f"of the undilated image, its {math.prod(d for d, _, _ in self.phases)} output phases as "
+                       "groups of channels)")
         rest = f", then {len(self.tail)} XLA ops on whole arrays" if self.tail else ""
         return (f"{self.rank}-D convolution {window} of {self.dtype}[{self.batch}, {self.c_in}, "
                 f"{', '.join(map(str, self.in_spatial))}]{padded} to {self.c_out} channels, then {what} "
                 f"({len(self.ops)} ops) -> {self.output.dtype}{list(self.output.shape)}{rest}")
+
+
+def phase_count(spec: ConvShape) -> int:
+    """Output phases of a transposed convolution computed as channel groups (1 when it is not one)."""
+    return math.prod(d for d, _, _ in spec.phases)
 
 
 def dilates(pads: tuple[tuple[tuple[int, int, int], ...], ...]) -> bool:

@@ -18,6 +18,7 @@ from agents.offline.conv.shape import (
     TILED,
     ConvShape,
     flattens_in_vmem,
+    phase_count,
     row_unit,
     value_kind,
     writes_planes,
@@ -38,9 +39,13 @@ def _helpers() -> str:
         + helper_source(_HELPERS, "_padded", "_valid_mask")
 
 
-def _space_to_depth(spec: ConvShape) -> str:
-    """`_space_to_depth`, which a strided convolution's wrapper calls, as source text (empty for stride 1)."""
-    return "\n\n" + helper_source(_HELPERS, "_space_to_depth") + "\n" if spec.strides else ""
+def _layout_helpers(spec: ConvShape) -> str:
+    """The helpers a strided or transposed convolution's wrapper calls, as source text (empty for neither)."""
+    if spec.strides:
+        return "\n\n" + helper_source(_HELPERS, "_space_to_depth") + "\n"
+    if spec.phases:
+        return "\n\n" + helper_source(_HELPERS, "_phase_taps", "_stride_phases", "_interleave_phases") + "\n"
+    return ""
 
 
 def _fresh_code(spec: ConvShape, conv: str, rows: str = "...") -> ConvCode:
@@ -176,7 +181,9 @@ def conv_source(spec: ConvShape, params: ConvParams, header: str, tunable_text: 
     ops_per_element, transcendental = _flops_per_element(spec)
     operand_specs = {ROW: "pl.BlockSpec((bco, 1), lambda n, co, pi: (co, 0))",
                      SCALAR: "pl.BlockSpec((1, 1), lambda n, co, pi: (0, 0))"}
-    operand_prep = {ROW: "_padded(a{i}.reshape(-1, 1), 0, c_out_p)", SCALAR: "jnp.reshape(a{i}, (1, 1))"}
+    # A transposed convolution's channels come in phase-major groups: each group repeats the channel rows.
+    row = f"jnp.tile(a{{i}}.reshape(-1), {phase_count(spec)})" if spec.phases else "a{i}"
+    operand_prep = {ROW: f"_padded({row}.reshape(-1, 1), 0, c_out_p)", SCALAR: "jnp.reshape(a{i}, (1, 1))"}
     prepared = "".join(f"    e{o.index} = {operand_prep[o.kind].format(i=o.index)}\n" for o in spec.operands)
     operand_args = "".join(f", e{o.index}" for o in spec.operands)
     operand_in = "".join(f", {operand_specs[o.kind]}" for o in spec.operands)
@@ -241,7 +248,7 @@ def conv_source(spec: ConvShape, params: ConvParams, header: str, tunable_text: 
     imports = header.replace("import jax\n", "import functools\nimport itertools\nimport math\n\nimport jax\n", 1)
     return imports + tunable_text + f'''
 MODE = {spec.mode!r}  # {dict(tiled="no reduction", pool="a global pool", plane="plane statistics")[spec.mode]}
-{to_helper()}{_space_to_depth(spec)}
+{to_helper()}{_layout_helpers(spec)}
 
 {_helpers()}
 
@@ -316,8 +323,18 @@ def computation({", ".join([f"a{i}" for i in range(spec.n_inputs)] + [f"s{i}" fo
             bytes_accessed=xf.size * xf.dtype.itemsize + wt.size * wt.dtype.itemsize * batch
             + batch * c_out_p * {"p_pad" if full_out else "1"} * {itemsize(spec.output.dtype)}),
     )(xf, wt{operand_args}{mask_arg})
-{_with_tail(spec, crop)}'''
+{_with_tail(spec, _interleaved(spec, crop))}'''
 
+
+
+def _interleaved(spec: ConvShape, crop: str) -> str:
+    """The crop, then a transposed convolution's output phases interleaved into the reference's layout (its channel
+    count and output sizes rebound for the tail)."""
+    if not spec.phases:
+        return crop
+    head, _, last = crop.rstrip("\n").rpartition("    return ")
+    return (head + f"    out = {last}\n    out = _interleave_phases(out, {spec.phases})\n"
+            "    c_out, out_spatial = out.shape[1], out.shape[2:]\n    return out\n")
 
 
 def _with_tail(spec: ConvShape, crop: str) -> str:
@@ -325,10 +342,11 @@ def _with_tail(spec: ConvShape, crop: str) -> str:
     if not spec.tail:
         return crop
     head, _, last = crop.rstrip("\n").rpartition("    return ")
-    own = ((1, "1"), (spec.batch, "batch"), (spec.c_out, "c_out")) \
+    own = ((1, "1"), (spec.batch, "batch"), (spec.conv_out.shape[1], "c_out")) \
         + tuple((d, f"out_spatial[{j}]") for j, d in enumerate(spec.conv_out.shape[2:]))
     lines, result = wrapper_tail(spec.tail, spec.output, spec.inputs, own)
-    return head + f"    out = {last}\n" + "".join(f"    {line}\n" for line in lines) + f"    return {result}\n"
+    bind = "" if last == "out" else f"    out = {last}\n"
+    return head + bind + "".join(f"    {line}\n" for line in lines) + f"    return {result}\n"
 
 
 def _prologue_text(spec: ConvShape) -> str:
@@ -341,6 +359,8 @@ def _prologue_text(spec: ConvShape) -> str:
         lines.append(f"    w = lax.rev(w, {arg})" if prim == "rev" else f"    w = jnp.transpose(w, {arg})")
     if spec.strides:
         lines.append(f"    x, w = _space_to_depth(x, w, {spec.strides})  # the reference's strides")
+    if spec.phases:
+        lines.append(f"    x, w = _stride_phases(x, w, {spec.phases})  # the output phases of its input dilation")
     return "".join(line + "\n" for line in lines)
 
 
