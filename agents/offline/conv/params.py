@@ -48,7 +48,9 @@ def conv_space(spec: ConvShape) -> dict[str, tuple[Any, ...]]:
     space: dict[str, tuple[Any, ...]] = {"BLOCK_CO": (64, 128, 256, 512)}
     if spec.mode != PLANE:
         space["BLOCK_P"] = (512, 1024, 2048, 4096, 8192, 16384, 32768)  # output positions (lanes) per grid step
-    space["CHUNK"] = (256, 512, 1024, 2048)  # positions per MXU dot inside a step
+    # Positions per MXU dot inside a step. On a v5e, 39k (72 deep, before a pool) ran 3.5% faster at 4096 than at
+    # 2048 (2.47 ms against 2.56, wall clock) in a probe; 4096 was outside the space its search moved in.
+    space["CHUNK"] = (256, 512, 1024, 2048, 4096)
     if spec.mode != POOL:
         space["EPI_ROWS"] = (8, 16, 32, 64)  # channel rows per step of the fused epilogue
     space["FOLD_TAPS"] = (True, False)  # one dot over all taps (a patch in VMEM) or one dot per tap
