@@ -3,8 +3,9 @@
 A reference may end with work no kernel block can hold - a per-row result broadcast against a per-channel bias
 into a new layout, say. The kernel then writes the last value it can (per element or per row) and the written
 module finishes the rest with jnp/lax calls, op for op as the reference has them (same dtypes, same
-broadcasting). Sizes in the ops' parameters are written as the wrapper's own sizes (`m`, `n`, an input's
-`.shape[j]`) where one has that value, so the module serves other shapes too.
+broadcasting). Sizes in the ops' parameters are named where they come from (the same axis of a value the tail
+reads: `out.shape[2]`, an input's `.shape[j]`; a mean's divisor as the count its sum reduced), and only a size with
+no such source by the wrapper's own size of that value (`m`, `n`), so the module serves other shapes too.
 """
 
 from __future__ import annotations
@@ -87,28 +88,72 @@ def wrapper_tail(tail: tuple[Op, ...], written: Value, inputs: tuple[Value, ...]
 
 def tail_lines(tail: tuple[Op, ...], names: dict[int, str], sizes: dict[int, str]) -> tuple[list[str], str]:
     """The wrapper's lines computing the tail, and the name of its result. `names`: the expressions of the values
-    it starts from (the kernel's result, the inputs); `sizes`: size -> the wrapper's expression for it."""
+    it starts from (the kernel's result, the inputs); `sizes`: size -> the wrapper's expression for it.
+
+    A size is named where it comes from - the same axis of a value the tail reads, a mean's divisor the count its
+    sum reduced - so the module is right at other shapes too, where sizes that were equal here differ. Only a size
+    with no such source is named by its value (`sizes`, then the literal)."""
     names = dict(names)
     lines = []
+    dims: dict[int, tuple[str | None, ...]] = {}  # per value: each axis's size as the wrapper's expression
+    counts: dict[int, tuple[int, str]] = {}  # per value: the elements its last reduction summed, and their expression
 
-    def ref(arg: Arg) -> str:
+    def axes(v: Value) -> tuple[str | None, ...]:
+        if v.id not in dims:
+            dims[v.id] = tuple(f"{names[v.id]}.shape[{j}]" for j in range(len(v.shape))) if v.id in names \
+                else (None,) * len(v.shape)
+        return dims[v.id]
+
+    def by_value(d: int) -> str:
+        return sizes.get(d, str(d))
+
+    def ref(arg: Arg, counted: tuple[int, str] | None = None) -> str:
         if isinstance(arg, Value):
             return names[arg.id]
-        # A mean divides by a size (or multiplies by its reciprocal): keep it the wrapper's size.
+        if isinstance(arg, float) and counted is not None:  # a mean's division (or its reciprocal's product)
+            n, expr = counted
+            if n > 1 and arg == float(n):
+                return f"float({expr})"
+            if n > 1 and math.isclose(arg, 1.0 / n, rel_tol=1e-6):
+                return f"(1.0 / ({expr}))"
         if isinstance(arg, float) and arg > 1 and arg.is_integer() and int(arg) in sizes:
             return f"float({sizes[int(arg)]})"
-        recip = next((n for n in sizes if n > 1 and isinstance(arg, float) and math.isclose(arg, 1.0 / n,
-                                                                                           rel_tol=1e-6)), None)
-        return f"(1.0 / {sizes[recip]})" if recip else literal(arg)
+        return literal(arg)
 
-    def shape(dims: tuple[int, ...]) -> str:
-        return "(" + "".join(f"{sizes.get(int(d), str(int(d)))}, " for d in dims) + ")"
+    def shape(dims_: tuple[int, ...], known: tuple[str | None, ...] = ()) -> str:
+        known = known or (None,) * len(dims_)
+        return "(" + "".join(f"{k or by_value(int(d))}, " for d, k in zip(dims_, known, strict=True)) + ")"
+
+    def elementwise_axes(op: Op) -> tuple[str | None, ...]:
+        """Each output axis named after the first operand of the output's rank that has that size there."""
+        operands = [a for a in op.args if isinstance(a, Value) and len(a.shape) == len(op.out.shape)]
+        return tuple(next((axes(a)[i] for a in operands if a.shape[i] == d and axes(a)[i]), None)
+                     for i, d in enumerate(op.out.shape))
+
+    def dot_axes(op: Op) -> tuple[str | None, ...]:
+        """dot_general's output axes: the batch axes, then the lhs's free axes, then the rhs's."""
+        lhs, rhs = op.args[:2]
+        assert isinstance(lhs, Value) and isinstance(rhs, Value)
+        (lc, rc), (lb, rb) = op.params["dimension_numbers"]
+        free_l = [i for i in range(len(lhs.shape)) if i not in tuple(lc) + tuple(lb)]
+        free_r = [i for i in range(len(rhs.shape)) if i not in tuple(rc) + tuple(rb)]
+        return tuple([axes(lhs)[b] for b in lb] + [axes(lhs)[i] for i in free_l] + [axes(rhs)[i] for i in free_r])
+
+    def broadcast_axes(op: Op) -> tuple[str | None, ...]:
+        x, bdims = op.args[0], tuple(op.params["broadcast_dimensions"])
+        assert isinstance(x, Value)
+        return tuple(axes(x)[bdims.index(i)] if i in bdims and x.shape[bdims.index(i)] == d else None
+                     for i, d in enumerate(op.params["shape"]))
 
     for op in tail:
         x = ref(op.args[0]) if op.args else ""
         p = op.params
+        first = op.args[0] if op.args and isinstance(op.args[0], Value) else None
+        counted = counts.get(first.id) if first is not None else None
+        out_axes: tuple[str | None, ...] = (None,) * len(op.out.shape)
         if op.prim == "broadcast_in_dim":
-            expr = f"lax.broadcast_in_dim({x}, {shape(p['shape'])}, {tuple(p['broadcast_dimensions'])})"
+            out_axes = broadcast_axes(op)
+            expr = f"lax.broadcast_in_dim({x}, {shape(p['shape'], out_axes)}, {tuple(p['broadcast_dimensions'])})"
         elif op.prim == "reshape":
             expr = f"jnp.reshape({x}, {shape(p['new_sizes'])})"
         elif op.prim == "squeeze":
@@ -116,6 +161,8 @@ def tail_lines(tail: tuple[Op, ...], names: dict[int, str], sizes: dict[int, str
         elif op.prim == "expand_dims":
             expr = f"lax.expand_dims({x}, {tuple(p['dimensions'])})"
         elif op.prim == "transpose":
+            assert first is not None
+            out_axes = tuple(axes(first)[k] for k in p["permutation"])
             expr = f"jnp.transpose({x}, {tuple(p['permutation'])})"
         elif op.prim == "convert_element_type":
             new = str(p["new_dtype"])
@@ -127,7 +174,7 @@ def tail_lines(tail: tuple[Op, ...], names: dict[int, str], sizes: dict[int, str
         elif op.prim == "integer_pow":
             expr = f"lax.integer_pow({x}, {int(p['y'])})"
         elif op.prim in BINARY:
-            expr = BINARY[op.prim].format(x, ref(op.args[1]))
+            expr = BINARY[op.prim].format(x, ref(op.args[1], counted))
         elif op.prim == "select_n" and len(op.args) == 3:
             expr = f"jnp.where({x}, {ref(op.args[2])}, {ref(op.args[1])})"
         elif op.prim == "clamp":
@@ -154,9 +201,24 @@ def tail_lines(tail: tuple[Op, ...], names: dict[int, str], sizes: dict[int, str
             expr = (f"lax.broadcasted_iota(jnp.{np.dtype(p['dtype']).name}, {shape(p['shape'])}, "
                     f"{int(p['dimension'])})")
         elif op.prim in REDUCE:
+            assert first is not None
+            reduced = tuple(int(a) for a in p["axes"])
+            out_axes = tuple(k for a, k in enumerate(axes(first)) if a not in reduced)
+            counts[op.out.id] = (math.prod(first.shape[a] for a in reduced),
+                                 " * ".join(axes(first)[a] or str(first.shape[a]) for a in reduced) or "1")
             expr = f"{REDUCE[op.prim]}({x}, axis={tuple(p['axes'])})"
         else:
             raise unsupported(op.prim, "the reference's last steps")
+        if op.prim in UNARY or op.prim in BINARY or op.prim in ("convert_element_type", "integer_pow", "select_n",
+                                                                   "clamp"):
+            out_axes = elementwise_axes(op)
+        elif op.prim == "dot_general":
+            out_axes = dot_axes(op)
+        out_axes = tuple(k or sizes.get(int(d)) for k, d in zip(out_axes, op.out.shape, strict=True))
+        if op.prim in ("broadcast_in_dim", "convert_element_type", "reshape", "squeeze", "expand_dims") \
+                and counted is not None:
+            counts[op.out.id] = counted  # the same count, laid out anew
+        dims[op.out.id] = out_axes
         name = f"t{op.out.id}"
         lines.append(f"{name} = {expr}")
         names[op.out.id] = name
