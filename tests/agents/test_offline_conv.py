@@ -88,6 +88,7 @@ def get_inputs():
 
 # PyTorch's ConvTranspose2d(16, 24, 4, stride=2, padding=1) + bias + ReLU: lax.conv_transpose dilates the input
 # and flips the kernel (its weights in PyTorch's (in, out, kH, kW) layout).
+# Its phases' rows are 126 + 2 = 128 wide: the kernel writes them as planes.
 CONV_TRANSPOSE_RELU = '''import jax
 import jax.numpy as jnp
 
@@ -100,7 +101,7 @@ def computation(x, w, b):
 
 def get_inputs():
     k = jax.random.split(jax.random.PRNGKey(3), 3)
-    x = jax.random.normal(k[0], (2, 16, 12, 12), jnp.float32)
+    x = jax.random.normal(k[0], (2, 16, 12, 126), jnp.float32)
     w = jax.random.normal(k[1], (16, 24, 4, 4), jnp.float32) / 8.0
     return [x, w, 0.1 * jax.random.normal(k[2], (24,), jnp.float32)], []
 '''
@@ -165,15 +166,15 @@ def test_convolutions_get_ok_kernels(tmp_path: Path, settings: Settings, verdict
     readings = read_tasks(tasks, settings)
     specs = [analyse(readings[t.digest], V6E) for t in tasks]
     assert [s.family for s in specs] == ["convolution"] * 6
-    assert [writes_planes(s) for s in specs] == [False, False, True, False, False, False]
+    assert [writes_planes(s) for s in specs] == [False, False, True, True, False, False]
     assert [bool(s.tail) for s in specs] == [False] * 5 + [True]
     assert specs[5].tail[0].prim == "reduce_window_max" and "XLA ops on whole arrays" in specs[5].describe()
     assert "per-plane statistics" in specs[0].describe() and "global pool" in specs[1].describe()
     assert "padded to this" in specs[0].describe() and "input dilation 2x2" in specs[3].describe()
     # The transposed one's 4 output phases of 12 x 12 as channel groups of a stride-1 3 x 3 convolution of the
     # undilated image padded by one (not the dense 4 x 4 one over the 27 x 27 dilated image: 4x the MXU work)
-    assert (specs[3].in_spatial, specs[3].window, specs[3].c_out) == ((14, 14), (3, 3), 4 * 24)
-    assert specs[3].phases == ((2, 2, 24),) * 2 and not specs[3].x_pads
+    assert (specs[3].in_spatial, specs[3].window, specs[3].c_out) == ((14, 128), (3, 3), 4 * 24)
+    assert specs[3].phases == ((2, 2, 24), (2, 2, 252)) and not specs[3].x_pads
     # 35 x 42 padded, 17 x 20 outputs: four phases of 16 channels, 2 x 2 taps, an 18 x 21 image
     assert (specs[4].c_in, specs[4].window, specs[4].in_spatial) == (64, (2, 2), (18, 21))
     plan = choose(specs[1], V6E)[1]
