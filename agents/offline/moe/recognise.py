@@ -14,6 +14,7 @@ NotRecognised that says what differs.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -141,11 +142,18 @@ def _combine_weights(program: Program, topk: tuple[Op, Op], combine: Value, expe
                             "output counts")
 
 
-def recognise_moe(program: Program, output: Value) -> MoE | None:
-    topks = [op for op in program.ops if op.prim == "top_k"]
-    if not topks:
-        return None
-    dots = [op for op in program.ops if op.prim == "dot_general"]
+@dataclass(frozen=True)
+class _Down:
+    """The experts' last matmul: [experts, *tokens, ffn] @ [experts, ffn, model], batched over the experts."""
+
+    op: Op
+    weight: int  # its stacked weight's position among the inputs
+    hidden: Value
+    transposed: bool  # the weight stored [experts, model, ffn]
+    model: int
+
+
+def _down_matmul(program: Program, dots: list[Op]) -> _Down:
     downs = [d for d in dots if tuple(d.params["dimension_numbers"][1][0])]
     if len(downs) != 1:
         raise NotRecognised("a top-k without one matmul batched over the experts (a mixture of experts' last); the "
@@ -157,8 +165,8 @@ def recognise_moe(program: Program, output: Value) -> MoE | None:
                    and len(program.inputs[i].shape) == 3), None)
     if w_side is None:
         raise NotRecognised("the experts' last matmul does not read a stacked [experts, ...] weight")
-    down_w = _input_index(program, down.args[w_side])
-    assert down_w is not None
+    weight = _input_index(program, down.args[w_side])
+    assert weight is not None
     hidden = down.args[1 - w_side]
     h_contract, w_contract = ((tuple(dl), tuple(dr)) if w_side == 1 else (tuple(dr), tuple(dl)))
     h_batch, w_batch = ((tuple(bl), tuple(br)) if w_side == 1 else (tuple(br), tuple(bl)))
@@ -166,10 +174,13 @@ def recognise_moe(program: Program, output: Value) -> MoE | None:
             or h_contract != (len(hidden.shape) - 1,) or w_contract not in ((1,), (2,)):
         raise NotRecognised("the experts' last matmul is not [experts, *tokens, ffn] @ [experts, ffn, model] "
                             "batched over the experts")
-    down_transposed = w_contract == (2,)
-    experts, ffn = hidden.shape[0], hidden.shape[-1]
-    model = program.inputs[down_w].shape[1 if down_transposed else 2]
+    transposed = w_contract == (2,)
+    return _Down(down, weight, hidden, transposed, program.inputs[weight].shape[1 if transposed else 2])
 
+
+def _first_matmuls(program: Program, dots: list[Op], down: Op, experts: int) -> tuple[list[ExpertIn], list[Op], int]:
+    """The expert MLP's one or two matmuls against stacked weights before the last (a gate and an up-projection):
+    each one's input, the ops between it and its matmul, and the tokens' input they all read."""
     firsts = [d for d in dots if d is not down and not tuple(d.params["dimension_numbers"][1][0])
               and any((i := _input_index(program, a)) is not None and len(program.inputs[i].shape) == 3
                       and program.inputs[i].shape[0] == experts for a in d.args[:2])]
@@ -194,16 +205,20 @@ def recognise_moe(program: Program, output: Value) -> MoE | None:
         ins.append(expert_in)
         passed += ops
     assert tokens_input is not None
-    x = program.inputs[tokens_input]
-    token_shape = x.shape[:-1]
-    if x.shape[-1] != program.inputs[ins[0].weight].shape[2 if ins[0].transposed else 1] \
-            or hidden.shape != (experts, *token_shape, ffn):
-        raise NotRecognised("the experts' matmuls do not chain as [*tokens, model] -> [experts, *tokens, ffn] -> "
-                            "[experts, *tokens, model]")
-    chain = _chain(program, hidden, {e.value.id for e in ins})
+    return ins, passed, tokens_input
 
-    # The output: the experts' outputs (rounded to the last matmul's dtype, then cast) times the routing weights,
-    # summed over the experts.
+
+@dataclass(frozen=True)
+class _WeightedSum:
+    """The output: the experts' outputs (rounded to the last matmul's dtype, then cast) times the routing weights,
+    summed over the experts; `combine` is the routing weights' value, `ops` what carries the sum to the output."""
+
+    combine: Value
+    ops: tuple[Op, ...]
+
+
+def _weighted_sum(program: Program, output: Value, down: Op, shape: tuple[int, ...]) -> _WeightedSum:
+    experts, token_shape = shape[0], shape[1:-1]
     summed, casts = _peel(program, output, ("convert_element_type",))
     total = program.producer(summed) if isinstance(summed, Value) else None
     if total is None or total.prim != "reduce_sum" or tuple(total.params["axes"]) != (0,):
@@ -213,18 +228,17 @@ def recognise_moe(program: Program, output: Value) -> MoE | None:
         raise NotRecognised("the experts' outputs are summed without a routing weight each")
     sides = [_peel(program, a, ("convert_element_type",)) for a in product.args]
     y_side = next((s for s in (0, 1) if isinstance(sides[s][0], Value) and sides[s][0].id == down.out.id), None)
-    if y_side is None or down.out.shape != (experts, *token_shape, model):
+    if y_side is None or down.out.shape != shape:
         raise NotRecognised("the routing weights multiply something else than the experts' outputs "
                             "[experts, *tokens, model]")
     combine, spread = _peel(program, product.args[1 - y_side], ("broadcast_in_dim",))
-    tokens = math.prod(token_shape)
     if not isinstance(combine, Value) or combine.shape not in ((experts, *token_shape), (experts, *token_shape, 1)):
         raise NotRecognised("the routing weights are not one per expert and token")
-    routing = [op for op in program.ops if op.out.id == combine.id or program.depends_on(combine, op.out)]
-    behind = program.inputs_behind(combine)
-    weights = {e.weight for e in ins} | {down_w}
-    if behind & weights or tokens_input not in behind:
-        raise NotRecognised("the routing weights are not computed from the tokens alone (and the router's weights)")
+    return _WeightedSum(combine, (*casts, *sides[y_side][1], *spread, total, product))
+
+
+def _top_k(program: Program, routing: list[Op], combine: Value, experts: int) -> int:
+    """The routing's one top-k over the experts, its k; the weights checked to be zero outside each token's choice."""
     chosen = [op for op in routing if op.prim == "top_k"]
     values = [op for op in chosen if op.params.get("result") == 0]
     indices = [op for op in chosen if op.params.get("result") == 1]
@@ -232,21 +246,45 @@ def recognise_moe(program: Program, output: Value) -> MoE | None:
         raise NotRecognised("the routing weights do not come from one top-k over the experts")
     top_k = int(values[0].params["k"])
     _combine_weights(program, (values[0], indices[0]), combine, experts, top_k)
+    return top_k
 
-    accounted = {op.out.id for op in (*routing, *passed, *chain, *casts, *sides[y_side][1], *spread, down, total,
-                                      product)}
+
+def recognise_moe(program: Program, output: Value) -> MoE | None:
+    if not any(op.prim == "top_k" for op in program.ops):
+        return None
+    dots = [op for op in program.ops if op.prim == "dot_general"]
+    down = _down_matmul(program, dots)
+    hidden = down.hidden
+    experts, ffn, model = hidden.shape[0], hidden.shape[-1], down.model
+    ins, passed, tokens_input = _first_matmuls(program, dots, down.op, experts)
+    x = program.inputs[tokens_input]
+    token_shape = x.shape[:-1]
+    if x.shape[-1] != program.inputs[ins[0].weight].shape[2 if ins[0].transposed else 1] \
+            or hidden.shape != (experts, *token_shape, ffn):
+        raise NotRecognised("the experts' matmuls do not chain as [*tokens, model] -> [experts, *tokens, ffn] -> "
+                            "[experts, *tokens, model]")
+    chain = _chain(program, hidden, {e.value.id for e in ins})
+    weighted = _weighted_sum(program, output, down.op, (experts, *token_shape, model))
+    combine = weighted.combine
+    routing = [op for op in program.ops if op.out.id == combine.id or program.depends_on(combine, op.out)]
+    behind = program.inputs_behind(combine)
+    if behind & ({e.weight for e in ins} | {down.weight}) or tokens_input not in behind:
+        raise NotRecognised("the routing weights are not computed from the tokens alone (and the router's weights)")
+    top_k = _top_k(program, routing, combine, experts)
+
+    accounted = {op.out.id for op in (*routing, *passed, *chain, *weighted.ops, down.op)}
     rest = [op.prim for op in program.ops if op.out.id not in accounted]
     if rest:
         raise NotRecognised(f"the reference computes more than a mixture of experts ({', '.join(sorted(set(rest)))})")
-    dtypes = {program.inputs[i].dtype for i in (tokens_input, down_w, *(e.weight for e in ins))}
+    dtypes = {program.inputs[i].dtype for i in (tokens_input, down.weight, *(e.weight for e in ins))}
     if len(dtypes) != 1 or x.dtype not in FLOAT_DTYPES:
         raise NotRecognised(f"the tokens and the experts' weights in {sorted(dtypes)}; the offline brain writes a "
                             "mixture of experts with one floating-point dtype")
     if experts < top_k or ffn % 128 or model % 128:
         raise NotRecognised(f"a mixture of experts with model {model} and ffn {ffn}: the kernel's tiles need "
                             "multiples of 128")
-    return MoE(tokens_input=tokens_input, ins=tuple(ins), chain=tuple(chain), hidden=hidden, down=down_w,
-               down_transposed=down_transposed, down_dtype=down.out.dtype, routing=tuple(routing), combine=combine,
-               tokens=tokens, model=model, ffn=ffn, experts=experts, top_k=top_k, dtype=x.dtype,
-               out_dtype=output.dtype, inputs=tuple(program.inputs), n_inputs=len(program.inputs),
+    return MoE(tokens_input=tokens_input, ins=tuple(ins), chain=tuple(chain), hidden=hidden, down=down.weight,
+               down_transposed=down.transposed, down_dtype=down.op.out.dtype, routing=tuple(routing),
+               combine=combine, tokens=math.prod(token_shape), model=model, ffn=ffn, experts=experts, top_k=top_k,
+               dtype=x.dtype, out_dtype=output.dtype, inputs=tuple(program.inputs), n_inputs=len(program.inputs),
                n_static=len(program.static))
