@@ -9,7 +9,12 @@ parameter space on a chip quickly (on a v5e, 47 kernels of four workloads took ~
 A variant that does not compile or run says why in its row.
 
     .venv/bin/python benchmarks/kernel_variants.py --task benchmarks/measured/39k_Conv2d_GELU_GlobalAvgPool
-                                                   [--target v5e] [--only CHUNK,BLOCK_P] [--max 40] [--json FILE]
+                                                   [--target v5e] [--only CHUNK,BLOCK_P] [--max 40] [--kernel-alone]
+                                                   [--json FILE]
+
+With --kernel-alone each kernel is also timed without what its wrapper does after its last pallas_call (the module
+cut there, returning that call's value): the rest of its time is the XLA work after the kernel - a crop, an
+interleave, a tail of the reference's last steps - which can outweigh the kernel itself (28k on a v5e: 5.8 of 29.6 ms).
 
 With --interpret (a host without a TPU, for trying the script itself) the kernels run in Pallas interpret mode on
 the task's test inputs (`get_test_inputs`): the times then say nothing of a chip.
@@ -18,6 +23,7 @@ the task's test inputs (`get_test_inputs`): the times then say nothing of a chip
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import json
 import sys
@@ -39,7 +45,7 @@ from agents.offline.params import choose  # noqa: E402
 from storage.settings import load_settings  # noqa: E402
 from tpu_runner.checking.correctness import interpret_mode  # noqa: E402
 from tpu_runner.hardware import get_chip  # noqa: E402
-from tpu_runner.tasks import concrete_configurations, import_reference, load_task  # noqa: E402
+from tpu_runner.tasks import concrete_configurations, import_reference, load_task, parse  # noqa: E402
 
 
 def variants(first: dict[str, Any], space: dict[str, tuple[Any, ...]], only: set[str] | None
@@ -51,6 +57,29 @@ def variants(first: dict[str, Any], space: dict[str, tuple[Any, ...]], only: set
             continue
         out += [(f"{key}={value}", {**first, key: value}) for value in values if value != first[key]]
     return out
+
+
+def cut_after_kernel(source: str) -> str | None:
+    """The module with `computation` returning its last pallas_call's value right after the call (None when no
+    `name = pl.pallas_call(...)(...)` is there)."""
+    tree = parse(source)
+    computation = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "computation"), None)
+    if computation is None:
+        return None
+
+    def is_kernel_call(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Call)
+                and ast.unparse(node.func.func) in ("pl.pallas_call", "pallas_call"))
+
+    calls = [n for n in ast.walk(computation) if isinstance(n, ast.Assign) and len(n.targets) == 1
+             and isinstance(n.targets[0], ast.Name) and is_kernel_call(n.value)]
+    if not calls:
+        return None
+    last = max(calls, key=lambda n: n.end_lineno or 0)
+    lines = source.splitlines(keepends=True)
+    indent = " " * last.col_offset
+    assert isinstance(last.targets[0], ast.Name) and last.end_lineno is not None
+    return "".join(lines[:last.end_lineno] + [f"{indent}return {last.targets[0].id}\n"] + lines[last.end_lineno:])
 
 
 def fastest_ms(fn: Any, args: list[Any], calls: int, repeat: int) -> tuple[float, Any]:
@@ -90,6 +119,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--interpret", action="store_true", help="no TPU: interpret mode on the test inputs")
+    parser.add_argument("--kernel-alone", action="store_true",
+                        help="also time each kernel without the wrapper's work after its last pallas_call")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args()
 
@@ -116,7 +147,17 @@ def main() -> None:
                 with interpret_mode(args.interpret):  # as the evaluator checks a kernel without its TPU
                     ms, got = fastest_ms(run, arrays, args.calls, args.repeat)
                 row.update(ms=ms, speedup=ref_ms / ms, max_diff=_max_diff(got, want))
-                print(f"  {name:36s} {ms:9.3f} ms  x{ref_ms / ms:5.2f}  max |diff| {row['max_diff']:.3g}", flush=True)
+                alone = ""
+                cut = cut_after_kernel(brain.source(params)) if args.kernel_alone else None
+                if cut is not None:
+                    head = _load(cut, Path(tmp), f"variant_{k}_alone")
+                    with interpret_mode(args.interpret):
+                        row["kernel_ms"], _ = fastest_ms(jax.jit(lambda *a, m=head: m.computation(*a, *config.static)),
+                                                         arrays, args.calls, args.repeat)
+                    alone = f"  (to the kernel's output {row['kernel_ms']:.3f} ms, after it " \
+                        f"{ms - row['kernel_ms']:.3f})"
+                print(f"  {name:36s} {ms:9.3f} ms  x{ref_ms / ms:5.2f}  max |diff| {row['max_diff']:.3g}{alone}",
+                      flush=True)
             except Exception as exc:  # noqa: BLE001 - a variant that fails is a row saying why
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
                 print(f"  {name:36s} failed: {row['error']}", flush=True)
