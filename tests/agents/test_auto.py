@@ -21,6 +21,7 @@ from storage.models import Candidate, Evaluation, SessionEvent, Step
 from storage.settings import Settings
 from tests.conftest import CORPUS, TASKS
 from tests.fakes.anthropic_api import API_KEY, fake_anthropic
+from tpu_runner.candidate import SparePool
 from tpu_runner.evaluation import EvalRequest, KernelSource
 from tpu_runner.evaluation.evaluate import evaluate
 
@@ -108,14 +109,15 @@ def _new_session(engine) -> str:  # type: ignore[no-untyped-def]
         return sessions.create_session(s, mode="auto", task="softmax", target="v6e").id
 
 
-def _evaluator(settings: Settings):  # type: ignore[no-untyped-def]
+def _evaluator(settings: Settings, spares: SparePool):  # type: ignore[no-untyped-def]
+    # The worker's pool, as a runner keeps one: its compile servers start once, not per evaluation.
     return lambda code, on_stage=None: evaluate(EvalRequest(TASKS / "softmax", KernelSource(code), "v6e"), settings,
-                                                on_stage=on_stage)
+                                                on_stage=on_stage, spares=spares)
 
 
 @pytest.mark.slow
-def test_scripted_anthropic_session_fixes_a_compile_failure_and_stops_on_budget(tmp_path: Path,
-                                                                                 settings: Settings) -> None:
+def test_scripted_anthropic_session_fixes_a_compile_failure_and_stops_on_budget(tmp_path: Path, settings: Settings,
+                                                                                 spares: SparePool) -> None:
     script = [{"text": PLAN}, {"text": code(BROKEN)}, {"text": code(GOOD)}, {"text": "HBM-bound at the roofline."},
               {"text": PLAN}]
     engine = _engine(tmp_path)
@@ -123,8 +125,8 @@ def test_scripted_anthropic_session_fixes_a_compile_failure_and_stops_on_budget(
     with fake_anthropic(script) as fake:
         client = anthropic.Anthropic(api_key=API_KEY, base_url=fake.base_url, max_retries=0)
         brain = AnthropicBrain(client=client, model="claude-opus-5-5", budget=Budget(max_requests=5))
-        loop = AutoLoop(engine=engine, brain=brain, ctx=CTX, evaluate=_evaluator(settings), workdir=tmp_path / "k",
-                        config=AutoConfig(max_iterations=5))
+        loop = AutoLoop(engine=engine, brain=brain, ctx=CTX, evaluate=_evaluator(settings, spares),
+                        workdir=tmp_path / "k", config=AutoConfig(max_iterations=5))
         outcome = loop.run(session_id)
     assert outcome.stop_reason.startswith("budget: request budget spent")
     assert outcome.evaluations == 2 and outcome.best_speedup is not None and outcome.best_speedup > 1.0
@@ -156,19 +158,19 @@ class CrashingBrain(ScriptedBrain):
 
 
 @pytest.mark.slow
-def test_a_crash_between_steps_resumes_where_it_was(tmp_path: Path, settings: Settings) -> None:
+def test_a_crash_between_steps_resumes_where_it_was(tmp_path: Path, settings: Settings, spares: SparePool) -> None:
     engine = _engine(tmp_path)
     session_id = _new_session(engine)
     first = CrashingBrain([PLAN, code(GOOD)])
-    loop = AutoLoop(engine=engine, brain=first, ctx=CTX, evaluate=_evaluator(settings), workdir=tmp_path / "k",
+    loop = AutoLoop(engine=engine, brain=first, ctx=CTX, evaluate=_evaluator(settings, spares), workdir=tmp_path / "k",
                     config=AutoConfig(max_iterations=1))
     with pytest.raises(KeyboardInterrupt):
         loop.run(session_id)
     with Session(engine) as s:
         assert [st.kind for st in sessions.get_steps(s, session_id=session_id)] == ["plan", "implement", "evaluate"]
     second = ScriptedBrain(["the kernel is at the HBM roofline"])
-    resumed = AutoLoop(engine=engine, brain=second, ctx=CTX, evaluate=_evaluator(settings), workdir=tmp_path / "k",
-                       config=AutoConfig(max_iterations=1))
+    resumed = AutoLoop(engine=engine, brain=second, ctx=CTX, evaluate=_evaluator(settings, spares),
+                       workdir=tmp_path / "k", config=AutoConfig(max_iterations=1))
     outcome = resumed.run(session_id)
     assert [r.role for r in second.asked] == ["analyst"]  # nothing already done was asked again
     assert outcome.stop_reason == "iterations" and outcome.evaluations == 1 and outcome.improved

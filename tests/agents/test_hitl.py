@@ -18,6 +18,7 @@ from storage.migrate import upgrade
 from storage.models import Decision
 from storage.settings import Settings
 from tests.conftest import TASKS
+from tpu_runner.candidate import SparePool
 from tpu_runner.evaluation import EvalRequest, KernelSource
 from tpu_runner.evaluation.evaluate import evaluate
 
@@ -46,7 +47,8 @@ def test_gates_and_transitions() -> None:
     assert hitl_next_action([*failing, S("debug"), S("evaluate", verdict="incorrect")], 1) == "give_up"
 
 
-def _setup(tmp_path: Path, settings: Settings, brain: ScriptedBrain, mode: str = "hitl"):  # type: ignore[no-untyped-def]
+def _setup(tmp_path: Path, settings: Settings, spares: SparePool, brain: ScriptedBrain,  # type: ignore[no-untyped-def]
+           mode: str = "hitl"):
     engine = make_engine(f"sqlite:///{tmp_path / 'kernelbot.db'}")
     upgrade(engine)
     with Session(engine) as s, s.begin():
@@ -55,14 +57,15 @@ def _setup(tmp_path: Path, settings: Settings, brain: ScriptedBrain, mode: str =
     def loop(cls: type[AutoLoop], b: ScriptedBrain, **config: int) -> AutoLoop:
         return cls(engine=engine, brain=b, ctx=CTX, workdir=tmp_path / "k", config=AutoConfig(**config),
                    evaluate=lambda code, on_stage=None: evaluate(EvalRequest(TASKS / "softmax", KernelSource(code),
-                                                                             "v6e"), settings, on_stage=on_stage))
+                                                                             "v6e"), settings, on_stage=on_stage,
+                                                                 spares=spares))  # the worker's compile servers
 
     return engine, session_id, loop
 
 
-def test_decisions_that_do_not_fit_are_refused(tmp_path: Path, settings: Settings) -> None:
+def test_decisions_that_do_not_fit_are_refused(tmp_path: Path, settings: Settings, spares: SparePool) -> None:
     brain = ScriptedBrain([PLAN])
-    engine, sid, loop = _setup(tmp_path, settings, brain)
+    engine, sid, loop = _setup(tmp_path, settings, spares, brain)
     with pytest.raises(DecisionRejected, match="busy; decisions allowed now: none"):
         record_decision(engine, session_id=sid, actor="ana", action="approve")
     assert loop(HitlMachine, brain).run(sid).stop_reason == "await_approval"
@@ -73,9 +76,10 @@ def test_decisions_that_do_not_fit_are_refused(tmp_path: Path, settings: Setting
 
 
 @pytest.mark.slow
-def test_a_session_with_redirect_approval_handoff_and_handback(tmp_path: Path, settings: Settings) -> None:
+def test_a_session_with_redirect_approval_handoff_and_handback(tmp_path: Path, settings: Settings,
+                                                               spares: SparePool) -> None:
     brain = ScriptedBrain([PLAN, PLAN, CODE, "HBM-bound", PLAN, CODE, "still HBM-bound"])
-    engine, sid, loop = _setup(tmp_path, settings, brain)
+    engine, sid, loop = _setup(tmp_path, settings, spares, brain)
     hitl = loop(HitlMachine, brain)
     assert hitl.run(sid).stop_reason == "await_approval"
     with Session(engine) as s:
@@ -113,9 +117,10 @@ class DiesWhileImplementing(ScriptedBrain):
 
 
 @pytest.mark.slow
-def test_a_crash_after_approval_resumes_with_the_approved_plan(tmp_path: Path, settings: Settings) -> None:
+def test_a_crash_after_approval_resumes_with_the_approved_plan(tmp_path: Path, settings: Settings,
+                                                               spares: SparePool) -> None:
     first = DiesWhileImplementing([PLAN])
-    engine, sid, loop = _setup(tmp_path, settings, first)
+    engine, sid, loop = _setup(tmp_path, settings, spares, first)
     assert loop(HitlMachine, first).run(sid).stop_reason == "await_approval"
     record_decision(engine, session_id=sid, actor="ana", action="approve")
     with pytest.raises(KeyboardInterrupt):

@@ -21,6 +21,7 @@ from agents.task_context import task_context
 from storage.settings import Settings
 from tests.conftest import TASKS
 from tests.support.epilogue_tasks import EPILOGUE, chain_task
+from tpu_runner.candidate import SparePool
 from tpu_runner.evaluation import EvalRequest, evaluate_many
 from tpu_runner.evaluation.evaluate import evaluate
 from tpu_runner.hardware import get_chip
@@ -233,7 +234,8 @@ def test_the_limit_is_raised_to_the_smallest_declared_value_that_holds_what_the_
 
 @pytest.mark.slow
 def test_a_tile_that_only_lacked_scoped_vmem_keeps_its_size_and_gets_the_limit(tmp_path: Path, settings: Settings,
-                                                                               verdict_settings: Settings) -> None:
+                                                                               verdict_settings: Settings,
+                                                                               spares: SparePool) -> None:
     """What the demo's search ran into on matmul_softmax (BLOCK_M 1024 needing 68 MiB under a 64 MiB limit), at a
     size that compiles quickly: 1024x512 @ 512x2048 with 512-row tiles under a 16 MiB limit needs about 22 MiB.
     The offline self-debugger raises the limit rather than shrink the tile, and the kernel is ok."""
@@ -249,9 +251,9 @@ def test_a_tile_that_only_lacked_scoped_vmem_keeps_its_size_and_gets_the_limit(t
     code = subagents.implement(brain, ctx, subagents.plan(brain, ctx))
     tight = {**tunable.current(code), "BLOCK_M": 512, "VMEM_LIMIT_BYTES": 16 * 2**20}
     rejected = evaluate(EvalRequest(task.path, _write(tmp_path, "tight", tunable.with_params(code, tight)), "v6e"),
-                        verdict_settings)
+                        verdict_settings, spares=spares)
     assert (rejected.verdict, rejected.error and rejected.error.kind) == ("compile_error", "vmem_oom"), rejected.message
     fixed = subagents.self_debug(brain, ctx, tunable.with_params(code, tight), rejected.error)
     assert tunable.current(fixed) == {**tight, "VMEM_LIMIT_BYTES": 32 * 2**20}
-    result = evaluate(EvalRequest(task.path, _write(tmp_path, "fixed", fixed), "v6e"), verdict_settings)
+    result = evaluate(EvalRequest(task.path, _write(tmp_path, "fixed", fixed), "v6e"), verdict_settings, spares=spares)
     assert result.verdict == "ok", result.message

@@ -21,6 +21,7 @@ from agents.subagents import (
 )
 from storage.settings import Settings
 from tests.conftest import CORPUS, TASKS
+from tpu_runner.candidate import SparePool
 from tpu_runner.evaluation import EvalRequest
 from tpu_runner.evaluation.evaluate import evaluate
 from tpu_runner.reports import EvalError
@@ -73,11 +74,12 @@ def test_analysis_must_say_something() -> None:
 
 
 @pytest.mark.slow
-def test_self_debugger_fixes_a_candidate_the_evaluator_rejected(tmp_path: Path, settings: Settings) -> None:
+def test_self_debugger_fixes_a_candidate_the_evaluator_rejected(tmp_path: Path, settings: Settings,
+                                                                spares: SparePool) -> None:
     broken = (CORPUS / "bad/misaligned_block.py").read_text()
     first = tmp_path / "attempt1.py"
     first.write_text(broken)
-    rejected = evaluate(EvalRequest(TASKS / "softmax", first, "v6e"), settings)
+    rejected = evaluate(EvalRequest(TASKS / "softmax", first, "v6e"), settings, spares=spares)
     assert rejected.verdict == "lowering_error" and rejected.error is not None
 
     fixed_source = (TASKS / "softmax/solutions/pallas.py").read_text()
@@ -89,4 +91,4 @@ def test_self_debugger_fixes_a_candidate_the_evaluator_rejected(tmp_path: Path, 
     assert "attempt 1: static/syntax_error" in prompt
     second = tmp_path / "attempt2.py"
     second.write_text(fixed)
-    assert evaluate(EvalRequest(TASKS / "softmax", second, "v6e"), settings).verdict == "ok"
+    assert evaluate(EvalRequest(TASKS / "softmax", second, "v6e"), settings, spares=spares).verdict == "ok"

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from storage.settings import Settings
 from tests.conftest import TASKS
 from tpu_runner.analysis import ProgramForm, differences, ir_digest, normalise, program_form
+from tpu_runner.candidate import SparePool
 from tpu_runner.evaluation import EvalRequest
 from tpu_runner.evaluation.evaluate import evaluate
 
@@ -27,7 +28,8 @@ def test_normalise_drops_names_and_locations() -> None:
     assert ir_digest([a]) != ir_digest([a.replace("%a", "%b")])
 
 
-def test_renamed_copy_stops_at_the_gate_and_a_real_change_does_not(tmp_path: Path, settings: Settings) -> None:
+def test_renamed_copy_stops_at_the_gate_and_a_real_change_does_not(tmp_path: Path, settings: Settings,
+                                                                   spares: SparePool) -> None:
     seen: dict[str, str] = {}
 
     def gate(name: str):
@@ -41,7 +43,7 @@ def test_renamed_copy_stops_at_the_gate_and_a_real_change_does_not(tmp_path: Pat
     def run(name: str, source: str):
         path = tmp_path / f"{name}.py"
         path.write_text(source)
-        return evaluate(EvalRequest(SOFTMAX, path, "v6e"), settings, ir_gate=gate(name))
+        return evaluate(EvalRequest(SOFTMAX, path, "v6e"), settings, ir_gate=gate(name), spares=spares)
 
     first = run("first", SOLUTION)
     assert first.verdict == "ok" and first.ir_hash
