@@ -81,7 +81,7 @@ class ConvShape:
                        "image)")
         if self.phases:
             padded += (f" (input dilation {'x'.join(str(d) for d, _, _ in self.phases)}, as a stride-1 convolution "
-                       f"of the undilated image, its {math.prod(d for d, _, _ in self.phases)} output phases as "
+                       f"of the undilated image, its {phase_count(self)} output phases as "
                        "groups of channels)")
         rest = f", then {len(self.tail)} XLA ops on whole arrays" if self.tail else ""
         return (f"{self.rank}-D convolution {window} of {self.dtype}[{self.batch}, {self.c_in}, "
