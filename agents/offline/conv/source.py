@@ -199,17 +199,17 @@ def conv_source(spec: ConvShape, params: ConvParams, header: str, tunable_text: 
         out_block = ("pl.BlockSpec((None, bco, rows_blk) + tuple(out_spatial[1:]), "
                      "lambda n, co, pi: (n, co, pi) + (0,) * (len(out_spatial) - 1))")
         out_shape = f"jax.ShapeDtypeStruct((batch, c_out_p) + tuple(out_spatial), jnp.{spec.output.dtype})"
-        crop = "    return lax.slice(out, (0,) * out.ndim, (batch, c_out) + tuple(out_spatial))\n"
+        crop = "", "lax.slice(out, (0,) * out.ndim, (batch, c_out) + tuple(out_spatial))"
     elif full_out:
         out_block = "pl.BlockSpec((None, bco, bp), lambda n, co, pi: (n, co, pi))"
         out_shape = f"jax.ShapeDtypeStruct((batch, c_out_p, p_pad), jnp.{spec.output.dtype})"
         crop = ("    out = lax.slice(out, (0, 0, 0), (batch, c_out, wide)).reshape((batch, c_out, out_spatial[0])\n"
-                "                                                                  + in_spatial[1:])\n"
-                "    return lax.slice(out, (0,) * out.ndim, (batch, c_out) + tuple(out_spatial))\n")
+                "                                                                  + in_spatial[1:])\n",
+                "lax.slice(out, (0,) * out.ndim, (batch, c_out) + tuple(out_spatial))")
     else:
         out_block = "pl.BlockSpec((None, bco, 1), lambda n, co, pi: (n, co, 0))"
         out_shape = f"jax.ShapeDtypeStruct((batch, c_out_p, 1), jnp.{spec.output.dtype})"
-        crop = f"    return lax.slice(out, (0, 0, 0), (batch, c_out, 1)).reshape({_out_shape_expr(spec)})\n"
+        crop = "", f"lax.slice(out, (0, 0, 0), (batch, c_out, 1)).reshape({_out_shape_expr(spec)})"
     semantics = '("parallel", "arbitrary", "arbitrary")' if flat else \
         '("parallel", "parallel", "arbitrary")' if spec.mode == POOL else '("parallel", "parallel", "parallel")'
     block_p = "p_total" if spec.mode == PLANE else "min(_round_up(BLOCK_P, chunk), p_total)"
@@ -323,30 +323,26 @@ def computation({", ".join([f"a{i}" for i in range(spec.n_inputs)] + [f"s{i}" fo
             bytes_accessed=xf.size * xf.dtype.itemsize + wt.size * wt.dtype.itemsize * batch
             + batch * c_out_p * {"p_pad" if full_out else "1"} * {itemsize(spec.output.dtype)}),
     )(xf, wt{operand_args}{mask_arg})
-{_with_tail(spec, _interleaved(spec, crop))}'''
+{_wrapper_end(spec, *crop)}'''
 
 
 
-def _interleaved(spec: ConvShape, crop: str) -> str:
-    """The crop, then a transposed convolution's output phases interleaved into the reference's layout (its channel
-    count and output sizes rebound for the tail)."""
-    if not spec.phases:
-        return crop
-    head, _, last = crop.rstrip("\n").rpartition("    return ")
-    return (head + f"    out = {last}\n    out = _interleave_phases(out, {spec.phases})\n"
-            "    c_out, out_spatial = out.shape[1], out.shape[2:]\n    return out\n")
-
-
-def _with_tail(spec: ConvShape, crop: str) -> str:
-    """The wrapper's last lines: the kernel's value cropped to the reference's shape, then the reference's tail."""
-    if not spec.tail:
-        return crop
-    head, _, last = crop.rstrip("\n").rpartition("    return ")
-    own = ((1, "1"), (spec.batch, "batch"), (spec.conv_out.shape[1], "c_out")) \
-        + tuple((d, f"out_spatial[{j}]") for j, d in enumerate(spec.conv_out.shape[2:]))
-    lines, result = wrapper_tail(spec.tail, spec.output, spec.inputs, own)
-    bind = "" if last == "out" else f"    out = {last}\n"
-    return head + bind + "".join(f"    {line}\n" for line in lines) + f"    return {result}\n"
+def _wrapper_end(spec: ConvShape, head: str, value: str) -> str:
+    """The wrapper's last lines: `head`, then the kernel's value cropped to the reference's shape (`value`, an
+    expression), a transposed convolution's output phases interleaved into the reference's layout (its channel count
+    and output sizes rebound for the tail), then the reference's tail."""
+    lines = []
+    if spec.phases or spec.tail:  # both read the cropped value as `out`
+        lines.append(f"out = {value}")
+        value = "out"
+    if spec.phases:
+        lines += [f"out = _interleave_phases(out, {spec.phases})", "c_out, out_spatial = out.shape[1], out.shape[2:]"]
+    if spec.tail:
+        own = ((1, "1"), (spec.batch, "batch"), (spec.conv_out.shape[1], "c_out")) \
+            + tuple((d, f"out_spatial[{j}]") for j, d in enumerate(spec.conv_out.shape[2:]))
+        tail, value = wrapper_tail(spec.tail, spec.output, spec.inputs, own)
+        lines += tail
+    return head + "".join(f"    {line}\n" for line in lines) + f"    return {value}\n"
 
 
 def _prologue_text(spec: ConvShape) -> str:
