@@ -142,13 +142,14 @@ def main() -> None:
         for k, (name, params) in enumerate(kernels):
             row: dict[str, Any] = {"variant": name, "params": params}
             try:
-                module = _load(brain.source(params), Path(tmp), f"variant_{k}")
+                source = brain.source(params)
+                module = _load(source, Path(tmp), f"variant_{k}")
                 run = jax.jit(lambda *a, m=module: m.computation(*a, *config.static))
                 with interpret_mode(args.interpret):  # as the evaluator checks a kernel without its TPU
                     ms, got = fastest_ms(run, arrays, args.calls, args.repeat)
                 row.update(ms=ms, speedup=ref_ms / ms, max_diff=_max_diff(got, want))
                 alone = ""
-                cut = cut_after_kernel(brain.source(params)) if args.kernel_alone else None
+                cut = cut_after_kernel(source) if args.kernel_alone else None
                 if cut is not None:
                     head = _load(cut, Path(tmp), f"variant_{k}_alone")
                     with interpret_mode(args.interpret):
