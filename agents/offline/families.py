@@ -9,6 +9,8 @@
 - retention: two matmuls without a softmax, a causal decay and an L1 row norm (agents.offline.retention).
 - cross-entropy: a row's log-sum-exp minus its label's logit, from logits or a matmul (agents.offline.crossentropy).
 - mixture of experts: every expert's MLP on every token, weighted by a top-k routing (agents.offline.moe).
+- triangle update: gated projections contracted per channel, RMS-normalised, projected and gated
+  (agents.offline.triangle).
 - convolution and scan (the agents.offline.conv and agents.offline.scan packages), in their own modules
   (RECOGNISERS).
 Everything else gets a NotRecognised that names what it met.
@@ -19,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agents.offline import conv, crossentropy, moe, retention, scan
+from agents.offline import conv, crossentropy, moe, retention, scan, triangle
 from agents.offline.attention import Attention, recognise_attention
 from agents.offline.expr import (
     FLOAT_DTYPES,
@@ -113,7 +115,8 @@ Spec = Rowwise | Matmul | Attention | FamilySpec
 # ones: each returns None for a program not of its kind and raises NotRecognised for one it cannot take.
 Recogniser = Callable[[Program, Value], FamilySpec | None]
 RECOGNISERS: tuple[Recogniser, ...] = (conv.recognise, scan.recognise_scan, retention.recognise_retention,
-                                        crossentropy.recognise_cross_entropy, moe.recognise_moe)
+                                        crossentropy.recognise_cross_entropy, moe.recognise_moe,
+                                        triangle.recognise_triangle)
 
 
 def _single_output(program: Program) -> Value:
