@@ -45,7 +45,8 @@ FAMILIES = ("elementwise/broadcast chains, row reductions and normalisations ove
             "tail of whole-array work, later matmuls included, left to XLA), scaled dot-product attention (causal "
             "or not, grouped-query heads, a bias, any head layout), retention (two matmuls without a softmax: a "
             "causal decay from positions, rows divided by their absolute sums), cross-entropy losses (from logits "
-            "or a language model's head, per row or averaged), mixtures of MLP experts with top-k routing, 2-D and "
+            "or a language model's head, per row or averaged), mixtures of MLP experts with top-k routing, the "
+            "triangle multiplicative update (gated projections contracted per channel, RMS-normalised), 2-D and "
             "3-D convolutions (padded, strided, input-dilated as a transposed one is) followed by such a chain, a "
             "global pool or a per-plane normalisation, and scans (prefix sums, linear recurrences)")
 

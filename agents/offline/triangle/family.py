@@ -37,7 +37,7 @@ class Triangle(TriangleShape):
         vmem = 64 * MiB if chip.vmem_bytes >= 128 * MiB else 32 * MiB  # within the chip's VMEM, not all of it
         fitting = [b for b in space["BLOCK_I"] if b <= 768 and self._contraction_vmem(b) <= vmem // 2]
         block = max(fitting) if fitting else min(space["BLOCK_I"])
-        rows = floor_in(space["BLOCK_ROWS"], 2048)
+        rows = floor_in(space["BLOCK_ROWS"], 4096)
         n, c = self.residues, self.channels
         flops = 2 * c * n ** 3
         size = itemsize(self.dtype)
