@@ -11,6 +11,7 @@
 - mixture of experts: every expert's MLP on every token, weighted by a top-k routing (agents.offline.moe).
 - triangle update: gated projections contracted per channel, RMS-normalised, projected and gated
   (agents.offline.triangle).
+- grouped matmul: `ragged_dot` of rows sorted by group (agents.offline.grouped).
 - convolution and scan (the agents.offline.conv and agents.offline.scan packages), in their own modules
   (RECOGNISERS).
 Everything else gets a NotRecognised that names what it met.
@@ -21,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agents.offline import conv, crossentropy, moe, retention, scan, triangle
+from agents.offline import conv, crossentropy, grouped, moe, retention, scan, triangle
 from agents.offline.attention import Attention, recognise_attention
 from agents.offline.expr import (
     FLOAT_DTYPES,
@@ -46,7 +47,8 @@ FAMILIES = ("elementwise/broadcast chains, row reductions and normalisations ove
             "or not, grouped-query heads, a bias, any head layout), retention (two matmuls without a softmax: a "
             "causal decay from positions, rows divided by their absolute sums), cross-entropy losses (from logits "
             "or a language model's head, per row or averaged), mixtures of MLP experts with top-k routing, the "
-            "triangle multiplicative update (gated projections contracted per channel, RMS-normalised), 2-D and "
+            "triangle multiplicative update (gated projections contracted per channel, RMS-normalised), grouped "
+            "(ragged) matmuls of rows sorted by group, 2-D and "
             "3-D convolutions (padded, strided, input-dilated as a transposed one is) followed by such a chain, a "
             "global pool or a per-plane normalisation, and scans (prefix sums, linear recurrences)")
 
@@ -117,7 +119,7 @@ Spec = Rowwise | Matmul | Attention | FamilySpec
 Recogniser = Callable[[Program, Value], FamilySpec | None]
 RECOGNISERS: tuple[Recogniser, ...] = (conv.recognise, scan.recognise_scan, retention.recognise_retention,
                                         crossentropy.recognise_cross_entropy, moe.recognise_moe,
-                                        triangle.recognise_triangle)
+                                        triangle.recognise_triangle, grouped.recognise_grouped)
 
 
 def _single_output(program: Program) -> Value:

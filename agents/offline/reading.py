@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ from tpu_runner.tasks import (
     load_task,
 )
 
-READING_VERSION = "5"
+READING_VERSION = "6"  # 6: jax.lax dataclasses (a ragged dot's dimension numbers) decoded as themselves
 
 
 class Opaque:
@@ -66,6 +66,13 @@ def _enums() -> dict[str, type[enum.Enum]]:
     return {"Precision": lax.Precision, "DotAlgorithmPreset": lax.DotAlgorithmPreset}
 
 
+def _lax_type(name: str) -> Any:
+    """A parameter type jax.lax exports under `name` (a ragged dot's RaggedDotDimensionNumbers), or None."""
+    from jax import lax
+
+    return getattr(lax, name, None)
+
+
 def _encode(value: Any) -> Any:
     if value is None or isinstance(value, bool | int | float | str):
         return value
@@ -75,6 +82,9 @@ def _encode(value: Any) -> Any:
         return {"namedtuple": type(value).__name__, "fields": {f: _encode(getattr(value, f)) for f in value._fields}}
     if isinstance(value, tuple | list):
         return {"tuple" if isinstance(value, tuple) else "list": [_encode(v) for v in value]}
+    if is_dataclass(value) and not isinstance(value, type) and _lax_type(type(value).__name__) is type(value):
+        return {"dataclass": type(value).__name__,
+                "fields": {f.name: _encode(getattr(value, f.name)) for f in fields(value)}}
     if isinstance(value, enum.Enum) and type(value).__name__ in _enums():
         return {"enum": type(value).__name__, "name": value.name}
     if isinstance(value, np.dtype) or type(value).__name__ in ("dtype", "DType") or isinstance(value, type) and \
@@ -94,6 +104,10 @@ def _decode(value: Any) -> Any:
         return _enums()[value["enum"]][value["name"]]
     if "dtype" in value:
         return np.dtype(value["dtype"]) if value["dtype"] != "bfloat16" else np.dtype("bfloat16")
+    if "dataclass" in value:
+        cls = _lax_type(value["dataclass"])
+        fields_ = {k: _decode(v) for k, v in value["fields"].items()}
+        return cls(**fields_) if cls is not None else Opaque(f"{value['dataclass']}({fields_})")
     if "namedtuple" in value:
         from jax import lax
 

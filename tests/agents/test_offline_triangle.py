@@ -1,7 +1,8 @@
 """The triangle multiplicative update (AlphaFold's outgoing edges) as a reference writes it: recognised by structure
 (the projections, their gates and mask, the per-channel contraction, the RMS norm, the gated output projection),
-given three kernels the evaluator calls ok, and written without the parts a variant leaves out. The incoming form is
-refused with why; a norm of another kind leaves the program to the matmul family."""
+given three kernels the evaluator calls ok, and written without the parts a variant leaves out, for outgoing and
+incoming edges. A contraction over unlike axes is refused with why; a norm of another kind leaves the program to
+the matmul family."""
 
 from __future__ import annotations
 
@@ -105,10 +106,12 @@ def test_the_triangle_update_gets_an_ok_kernel(tmp_path: Path, settings: Setting
     assert result.verdict == "ok", result.message
 
 
-def test_a_triangle_update_without_gates_mask_or_scale(tmp_path: Path, settings: Settings) -> None:
-    task = _task(tmp_path, "plain", PLAIN)
+@pytest.mark.parametrize("einsum, incoming", [("ikc,jkc->ijc", False), ("kic,kjc->ijc", True)])
+def test_a_triangle_update_without_gates_mask_or_scale(einsum: str, incoming: bool, tmp_path: Path,
+                                                      settings: Settings) -> None:
+    task = _task(tmp_path, "plain", PLAIN.replace('"ikc,jkc->ijc"', f'"{einsum}"'))
     spec = analyse(read_tasks([task], settings)[task.digest], V5E)
-    assert isinstance(spec, Triangle)
+    assert isinstance(spec, Triangle) and spec.incoming == incoming
     assert (spec.mask, spec.left, spec.right, spec.scale, spec.out) == \
         (None, Projection(1, None, False), Projection(2, None, False), None, Projection(3, None, False))
     params, _ = choose(spec, V5E)
@@ -124,14 +127,14 @@ def test_a_triangle_update_without_gates_mask_or_scale(tmp_path: Path, settings:
 
 
 def test_forms_the_kernel_does_not_serve(tmp_path: Path, settings: Settings) -> None:
-    incoming = TRIANGLE.replace('"ikc,jkc->ijc"', '"kjc,kic->ijc"')
+    unlike_axes = TRIANGLE.replace('"ikc,jkc->ijc"', '"ikc,kjc->ijc"')
     layer_norm = TRIANGLE.replace(
         "t = (t32 * jax.lax.rsqrt(jnp.mean(jnp.square(t32), axis=-1, keepdims=True) + 1e-5))",
         "t = ((t32 - t32.mean(-1, keepdims=True)) * jax.lax.rsqrt(jnp.var(t32, axis=-1, keepdims=True) + 1e-5))")
-    assert incoming != TRIANGLE and layer_norm != TRIANGLE
-    tasks = [_task(tmp_path, "incoming", incoming), _task(tmp_path, "layer_norm", layer_norm)]
+    assert unlike_axes != TRIANGLE and layer_norm != TRIANGLE
+    tasks = [_task(tmp_path, "unlike_axes", unlike_axes), _task(tmp_path, "layer_norm", layer_norm)]
     readings = read_tasks(tasks, settings)
-    with pytest.raises(NotRecognised, match="incoming edges"):
+    with pytest.raises(NotRecognised, match=r"contracts left's axis \((0|1),\) with right's \((0|1),\)"):
         analyse(readings[tasks[0].digest], V5E)
     try:
         other = analyse(readings[tasks[1].digest], V5E)

@@ -1,7 +1,8 @@
-"""The triangle multiplicative update (AlphaFold's pair-representation update, "outgoing" edges): two gated
-projections of one pair input x [N, N, C_in], left and right, contracted over their shared middle axis channel by
-channel, t[i, j, c] = sum_k left[i, k, c] right[j, k, c], RMS-normalised over the channels, then an output
-projection times a gate. The contraction's batch axis (the channel) is the minor one: XLA transposes around it.
+"""The triangle multiplicative update (AlphaFold's pair-representation update): two gated projections of one pair
+input x [N, N, C_in], left and right, contracted over a shared axis channel by channel, t[i, j, c] = sum_k
+left[i, k, c] right[j, k, c] ("outgoing" edges; "incoming": sum_k left[k, i, c] right[k, j, c]), RMS-normalised
+over the channels, then an output projection times a gate. The contraction's batch axis (the channel) is the minor
+one: XLA transposes around it.
 
 The kernel is three pallas_calls, each operand in the layout the next one reads: the projections write left and
 right channel-major ([C, N, N]); the per-channel contraction is an MXU matmul per (channel, row block, column

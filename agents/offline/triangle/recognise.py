@@ -5,8 +5,9 @@ transposed to [i, j, c], RMS-normalised over the channels, projected and gated.
 Matched backwards from the output by products (a projection, its sigmoid gate, a mask or a scale, in any order and
 through casts). The contraction found with operands that are not projections of one input, or an epilogue of
 another form, is left to the other families (None): the matmul family still writes a kernel for its first matmul.
-What the kernel cannot serve in a program that is this update (incoming edges, residues not a multiple of 128)
-raises NotRecognised with why.
+What the kernel cannot serve in a program that is this update (a contraction over unlike axes, residues not a
+multiple of 128) raises NotRecognised with why. Incoming edges (contracting the first axis) are the same kernel
+with the contraction's operands read column blocks at a time.
 """
 
 from __future__ import annotations
@@ -154,9 +155,10 @@ def recognise_triangle(program: Program, output: Value) -> Triangle | None:
         return None
     (lc, rc), _ = dot.params["dimension_numbers"]
     pair = program.inputs[x]
-    if tuple(lc) != (1,) or tuple(rc) != (1,):
-        raise NotRecognised("the triangle update contracts over the operands' first axis (incoming edges); the "
-                            "offline brain writes the outgoing form, t[i, j] = sum_k left[i, k] right[j, k]")
+    if tuple(lc) != tuple(rc) or tuple(lc) not in ((0,), (1,)):
+        raise NotRecognised(f"the triangle update contracts left's axis {tuple(lc)} with right's {tuple(rc)}; the "
+                            "offline brain writes t[i, j] = sum_k left[i, k] right[j, k] (outgoing edges) or "
+                            "sum_k left[k, i] right[k, j] (incoming)")
     t = users[0].out
     # The transposed product's first axis is the free axis of the dot's lhs when the permutation keeps it first.
     left, right = (lhs, rhs) if perm == (1, 2, 0) else (rhs, lhs)
@@ -195,5 +197,5 @@ def recognise_triangle(program: Program, output: Value) -> Triangle | None:
                             "sublanes, a multiple of 16")
     return Triangle(x=x, mask=next(iter(masks)) if masks else None, left=left, right=right, scale=scale,
                     out=Projection(values[0][1], gates[0][1] if gates else None, False), residues=n, c_in=c_in,
-                    channels=channels, c_out=c_out, eps=eps, dtype=pair.dtype, out_dtype=output.dtype,
-                    n_inputs=len(program.inputs), n_static=len(program.static))
+                    channels=channels, c_out=c_out, incoming=tuple(lc) == (0,), eps=eps, dtype=pair.dtype,
+                    out_dtype=output.dtype, n_inputs=len(program.inputs), n_static=len(program.static))

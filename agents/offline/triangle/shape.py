@@ -29,6 +29,7 @@ class TriangleShape:
     c_in: int
     channels: int  # C: the contraction's batch axis
     c_out: int
+    incoming: bool  # contracted over the first axis, t[i, j] = sum_k left[k, i] right[k, j], not the second
     eps: float
     dtype: str
     out_dtype: str
@@ -38,7 +39,8 @@ class TriangleShape:
     def describe(self) -> str:
         gated = " and gated" if self.left.gate is not None else ""
         masked = "masked" if self.left.masked else "unmasked"
-        return (f"triangle multiplicative update (outgoing): {masked}{gated} projections of {self.dtype}"
+        edges = "incoming" if self.incoming else "outgoing"
+        return (f"triangle multiplicative update ({edges}): {masked}{gated} projections of {self.dtype}"
                 f"[{self.residues}, {self.residues}, {self.c_in}] to {self.channels} channels, contracted per "
                 f"channel over the shared axis, RMS-normalised over the channels (eps {self.eps:g}), projected to "
                 f"{self.c_out}{' and gated' if self.out.gate is not None else ''}")

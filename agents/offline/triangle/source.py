@@ -64,6 +64,14 @@ def triangle_source(spec: TriangleShape, params: TriangleParams, header: str, tu
              "                                         preferred_element_type=jnp.float32))\n"
              if spec.out.gate is not None else "")
     gates = sum(g is not None for g in (spec.left.gate, spec.right.gate))
+    # Outgoing edges contract each operand's second axis (rows of it a block); incoming, the first (columns).
+    shared = 0 if spec.incoming else 1
+    contraction = ("t[c, i, j] = sum_k left[c, k, i] right[c, k, j]" if spec.incoming else
+                   "t[c, i, j] = sum_k left[c, i, k] right[c, j, k]")
+    operand_specs = gap.join(
+        [f"pl.BlockSpec((None, n, {b}), lambda h, i, j: (h, 0, {a}))" for a, b in (("i", "bi"), ("j", "bj"))]
+        if spec.incoming else
+        [f"pl.BlockSpec((None, {b}, n), lambda h, i, j: (h, {a}, 0))" for a, b in (("i", "bi"), ("j", "bj"))])
     gate_in = "c_in" if spec.out.gate is not None else "0"  # the output gate's own projection of x
     return header + tunable_text + f'''
 EPS = {spec.eps!r}  # added to the mean square before its root
@@ -94,8 +102,8 @@ def _projection_kernel(x_ref, {mask_ref}w_ref, l_ref, r_ref):
 
 
 def _contraction_kernel(l_ref, r_ref, t_ref):
-    """t[c, i, j] = sum_k left[c, i, k] right[c, j, k] for one channel's block, the whole shared axis in one dot."""
-    t_ref[...] = lax.dot_general(l_ref[...], r_ref[...], (((1,), (1,)), ((), ())),
+    """{contraction} for one channel's block, the whole shared axis in one dot."""
+    t_ref[...] = lax.dot_general(l_ref[...], r_ref[...], ((({shared},), ({shared},)), ((), ())),
                                  preferred_element_type=jnp.float32).astype(t_ref.dtype)
 
 
@@ -133,8 +141,7 @@ def computation({args}):
     t = pl.pallas_call(
         _contraction_kernel,
         grid=(c, n // bi, n // bj),
-        in_specs=[pl.BlockSpec((None, bi, n), lambda h, i, j: (h, i, 0)),
-                  pl.BlockSpec((None, bj, n), lambda h, i, j: (h, j, 0))],
+        in_specs=[{operand_specs}],
         out_specs=pl.BlockSpec((None, bi, bj), lambda h, i, j: (h, i, j)),
         out_shape=jax.ShapeDtypeStruct((c, n, n), x.dtype),
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",) * 3,

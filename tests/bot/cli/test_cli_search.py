@@ -64,17 +64,17 @@ def test_the_search_table_gives_the_seeds_likely_range_too() -> None:
 
 
 def test_search_on_a_task_no_brain_here_can_write_says_why(tmp_path: Path) -> None:
-    proc = subprocess.run([*KERNELBOT, "search", "--task", str(TASKS / "grouped_matmul")], capture_output=True,
+    proc = subprocess.run([*KERNELBOT, "search", "--task", str(TASKS / "conv1d_depthwise")], capture_output=True,
                           text=True, env=_env(tmp_path), timeout=120, cwd=REPO)
     assert proc.returncode == 2, proc.stderr
-    assert "the offline brain cannot write a kernel for grouped_matmul" in proc.stderr
+    assert "the offline brain cannot write a kernel for conv1d_depthwise" in proc.stderr
     assert "neither per element" in proc.stderr
 
 
 @pytest.mark.slow
 def test_bench_json_gives_the_papers_figures(tmp_path: Path) -> None:
     suite = tmp_path / "suite"
-    for name in ("layer_norm", "grouped_matmul"):  # the offline brain does not write grouped matmuls
+    for name in ("layer_norm", "conv1d_depthwise"):  # the offline brain does not write depthwise convolutions
         shutil.copytree(TASKS / name, suite / name)
     proc = subprocess.run([*KERNELBOT, "bench", "--suite", str(suite), "--budget", "2", "--seed-solutions",
                            "--json"],
@@ -82,8 +82,8 @@ def test_bench_json_gives_the_papers_figures(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     by_task = {t["task"]: t for t in report["tasks"]}
-    assert set(by_task) == {"layer_norm", "grouped_matmul"}
-    assert "cannot write a kernel for grouped_matmul" in by_task["grouped_matmul"]["error"]
+    assert set(by_task) == {"layer_norm", "conv1d_depthwise"}
+    assert "cannot write a kernel for conv1d_depthwise" in by_task["conv1d_depthwise"]["error"]
     summary = report["summary"]
     assert summary["tasks"] == 2 and summary["compiled"] == 1 and summary["correct"] == 1
     speedups = [max(1.0, by_task["layer_norm"]["speedup"]), 1.0]
