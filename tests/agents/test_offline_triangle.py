@@ -31,7 +31,7 @@ V5E = get_chip("v5e")
 TRIANGLE = """import jax
 import jax.numpy as jnp
 
-N, C = 256, 128
+N, C = 128, 128
 
 
 def computation(x, mask, w_left, w_right, w_left_gate, w_right_gate, norm_scale, w_out, w_out_gate):
@@ -96,10 +96,11 @@ def test_the_triangle_update_gets_an_ok_kernel(tmp_path: Path, settings: Setting
     # The einsum's operands in the program are (right, left): the transpose after it says which is which.
     assert (spec.x, spec.mask, spec.left, spec.right, spec.scale) == \
         (0, 1, Projection(2, 4, True), Projection(3, 5, True), 6)
-    assert spec.out == Projection(7, 8, False) and (spec.residues, spec.channels, spec.c_out) == (256, 128, 128)
+    assert spec.out == Projection(7, 8, False) and (spec.residues, spec.channels, spec.c_out) == (128, 128, 128)
     assert spec.eps == pytest.approx(1e-5)
     params, reasons = choose(spec, V5E)
-    assert (params["BLOCK_I"], params["BLOCK_J"]) == (256, 256) and "channel-major" in reasons[1]
+    assert (params["BLOCK_I"], params["BLOCK_J"], params["BLOCK_ROWS"]) == (128, 128, 4096)
+    assert "channel-major" in reasons[1]
     kernel = tmp_path / "triangle_kernel.py"
     kernel.write_text(source(spec, params))
     (result,) = evaluate_many([EvalRequest(task.path, kernel, "v5e")], verdict_settings)
