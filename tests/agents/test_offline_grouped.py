@@ -6,7 +6,6 @@ recognised suite tasks, in test_offline_brain.)"""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import jax
@@ -21,7 +20,7 @@ from agents.offline.grouped import Grouped
 from agents.offline.params import choose
 from agents.offline.reading import read_tasks
 from storage.settings import Settings
-from tests.support.reference_tasks import reference_task
+from tests.support.reference_tasks import load_module, reference_task
 from tpu_runner.checking.correctness import interpret_mode
 from tpu_runner.hardware import get_chip
 from tpu_runner.tasks import Task
@@ -57,13 +56,6 @@ def _task(root: Path, name: str, code: str) -> Task:
     return reference_task(root, name, code, description="a grouped matmul as a reference writes it")
 
 
-def _module(path: Path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
 @pytest.mark.parametrize("name, code, transposed", [("ragged", RAGGED, False), ("transposed", TRANSPOSED, True)])
 def test_a_grouped_matmul_matches_for_any_group_sizes(name: str, code: str, transposed: bool, tmp_path: Path,
                                                        settings: Settings) -> None:
@@ -79,7 +71,7 @@ def test_a_grouped_matmul_matches_for_any_group_sizes(name: str, code: str, tran
     # Tiles of 128 rows and k in two steps, so visits share boundary tiles and accumulate across k.
     kernel = tmp_path / f"{name}_kernel.py"
     kernel.write_text(source(spec, {**params, "BLOCK_M": 128, "BLOCK_N": 384, "BLOCK_K": 128}))
-    reference, written = _module(task.path / "reference.py"), _module(kernel)
+    reference, written = load_module(task.path / "reference.py"), load_module(kernel)
     (lhs, rhs, _), _ = reference.get_inputs()
     for sizes in ([100, 0, 300, 112], [512, 0, 0, 0], [0, 0, 0, 512], [1, 1, 1, 509]):
         group_sizes = jnp.array(sizes, jnp.int32)

@@ -6,7 +6,6 @@ the matmul family."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import jax
@@ -20,7 +19,7 @@ from agents.offline.params import choose
 from agents.offline.reading import read_tasks
 from agents.offline.triangle import Projection, Triangle
 from storage.settings import Settings
-from tests.support.reference_tasks import reference_task
+from tests.support.reference_tasks import load_module, reference_task
 from tpu_runner.checking.correctness import interpret_mode
 from tpu_runner.evaluation import EvalRequest, evaluate_many
 from tpu_runner.hardware import get_chip
@@ -80,13 +79,6 @@ def _task(root: Path, name: str, code: str) -> Task:
     return reference_task(root, name, code, description="a triangle update as a reference writes it")
 
 
-def _module(path: Path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
 @pytest.mark.slow
 def test_the_triangle_update_gets_an_ok_kernel(tmp_path: Path, settings: Settings,
                                                verdict_settings: Settings) -> None:
@@ -119,10 +111,11 @@ def test_a_triangle_update_without_gates_mask_or_scale(einsum: str, incoming: bo
     # Blocks of half the residues, so the contraction's grid walks rows and columns of blocks.
     kernel = tmp_path / "plain_kernel.py"
     kernel.write_text(source(spec, {**params, "BLOCK_I": 128, "BLOCK_J": 128, "BLOCK_ROWS": 8192}))
-    inputs, _ = _module(task.path / "reference.py").get_inputs()
-    expected = np.asarray(jax.jit(_module(task.path / "reference.py").computation)(*inputs), np.float32)
+    reference = load_module(task.path / "reference.py")
+    inputs, _ = reference.get_inputs()
+    expected = np.asarray(jax.jit(reference.computation)(*inputs), np.float32)
     with interpret_mode(True):
-        got = np.asarray(jax.jit(_module(kernel).computation)(*inputs), np.float32)
+        got = np.asarray(jax.jit(load_module(kernel).computation)(*inputs), np.float32)
     assert got.shape == expected.shape == (256, 256, 128)
     assert np.abs(got - expected).max() <= 2e-2 + 2e-2 * np.abs(expected).max(), np.abs(got - expected).max()
 
