@@ -3,18 +3,17 @@ channel) and contracted over their middle one, each operand a gated projection o
 transposed to [i, j, c], RMS-normalised over the channels, projected and gated.
 
 Matched backwards from the output by products (a projection, its sigmoid gate, a mask or a scale, in any order and
-through casts). The contraction found with operands that are not projections of one input, or an epilogue of
-another form, is left to the other families (None): the matmul family still writes a kernel for its first matmul.
-What the kernel cannot serve in a program that is this update (a contraction over unlike axes, residues not a
-multiple of 128) raises NotRecognised with why. Incoming edges (contracting the first axis) are the same kernel
-with the contraction's operands read column blocks at a time.
+through casts). A program this kernel does not compute - the contraction's operands not projections of one input, a
+contraction over unlike axes, an epilogue of another form, mixed dtypes, residues not a whole number of lane
+tiles - is left to the other families (None): the matmul family still writes a kernel for its first matmul, which
+is better than no kernel. Incoming edges (contracting the first axis) are the same kernel with the contraction's
+operands read column blocks at a time.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from agents.offline.expr import NotRecognised
 from agents.offline.positions import position_value
 from agents.offline.program import Op, Program, Value
 from agents.offline.triangle.family import Triangle
@@ -156,9 +155,7 @@ def recognise_triangle(program: Program, output: Value) -> Triangle | None:
     (lc, rc), _ = dot.params["dimension_numbers"]
     pair = program.inputs[x]
     if tuple(lc) != tuple(rc) or tuple(lc) not in ((0,), (1,)):
-        raise NotRecognised(f"the triangle update contracts left's axis {tuple(lc)} with right's {tuple(rc)}; the "
-                            "offline brain writes t[i, j] = sum_k left[i, k] right[j, k] (outgoing edges) or "
-                            "sum_k left[k, i] right[k, j] (incoming)")
+        return None  # unlike axes: not an update this kernel computes
     t = users[0].out
     # The transposed product's first axis is the free axis of the dot's lhs when the permutation keeps it first.
     left, right = (lhs, rhs) if perm == (1, 2, 0) else (rhs, lhs)
@@ -186,15 +183,11 @@ def recognise_triangle(program: Program, output: Value) -> Triangle | None:
         return None
     dtypes = {pair.dtype, dot.out.dtype, output.dtype} | {program.inputs[w].dtype for w in
                                                          (left.value, right.value, values[0][1])}
-    if len(dtypes) != 1:
-        raise NotRecognised(f"the triangle update mixes dtypes ({', '.join(sorted(dtypes))}); the offline brain "
-                            "writes it in one")
-    if n % 128:
-        raise NotRecognised(f"the triangle update over {n} residues: the kernel tiles the residues by 128")
     channels, c_out = t.shape[-1], output.shape[-1]
-    if channels % 16:
-        raise NotRecognised(f"the triangle update with {channels} channels: the kernel keeps the channels on "
-                            "sublanes, a multiple of 16")
+    # One dtype throughout, residues a whole number of lane tiles, channels whole packed sublane tiles: the
+    # kernel's layouts. Otherwise the matmul family still writes the first projection.
+    if len(dtypes) != 1 or n % 128 or channels % 16:
+        return None
     return Triangle(x=x, mask=next(iter(masks)) if masks else None, left=left, right=right, scale=scale,
                     out=Projection(values[0][1], gates[0][1] if gates else None, False), residues=n, c_in=c_in,
                     channels=channels, c_out=c_out, incoming=tuple(lc) == (0,), eps=eps, dtype=pair.dtype,
