@@ -67,13 +67,14 @@ def test_a_grouped_matmul_matches_for_any_group_sizes(name: str, code: str, tran
         (0, 1, 2, 512, 256, 384, 4, transposed)
     params, reasons = choose(spec, V5E)
     # 512 rows: one tile of the first choice's 512, visited once per group.
-    assert "at most 4 row-tile visits per column block where a dense matmul takes 1" in reasons[0]
+    assert "at most 5 row-tile visits per column block where a dense matmul takes 1" in reasons[0]
     # Tiles of 128 rows and k in two steps, so visits share boundary tiles and accumulate across k.
     kernel = tmp_path / f"{name}_kernel.py"
     kernel.write_text(source(spec, {**params, "BLOCK_M": 128, "BLOCK_N": 384, "BLOCK_K": 128}))
     reference, written = load_module(task.path / "reference.py"), load_module(kernel)
     (lhs, rhs, _), _ = reference.get_inputs()
-    for sizes in ([100, 0, 300, 112], [512, 0, 0, 0], [0, 0, 0, 512], [1, 1, 1, 509]):
+    # Sizes that leave rows to no group (ragged_dot gives them zeros) too.
+    for sizes in ([100, 0, 300, 112], [512, 0, 0, 0], [0, 0, 0, 512], [1, 1, 1, 509], [100, 0, 200, 12], [0] * 4):
         group_sizes = jnp.array(sizes, jnp.int32)
         expected = np.asarray(jax.jit(reference.computation)(lhs, rhs, group_sizes), np.float32)
         with interpret_mode(True):

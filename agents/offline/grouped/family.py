@@ -41,7 +41,7 @@ class Grouped(GroupedShape):
         block_k = self.k if whole_k else floor_in(space["BLOCK_K"], 1024)
         flops = 2 * self.m * self.k * self.n
         tiles = -(-self.m // block_m)
-        visits = tiles + self.groups - 1
+        visits = tiles + self.groups  # one boundary per group, the rows past their total one more group
         weights = self.groups if whole_k else visits  # times each column block of the weights is fetched
         moved = (visits * block_m * self.k * (self.n // block_n) + weights * self.k * self.n + self.m * self.n) * size
         reasons = [f"The grouped matmul is {flops / 1e9:.3g} GFLOP, at least "

@@ -12,20 +12,23 @@ def grouped_source(spec: GroupedShape, params: GroupedParams, header: str, tunab
     del params  # the written module reads its TUNABLE values
     args = ", ".join([f"a{i}" for i in range(spec.n_inputs)] + [f"s{i}" for i in range(spec.n_static)])
     if spec.transposed:
-        w_block = "pl.BlockSpec((None, bn, bk), lambda j, v, kk, *s: (s[0][v], j, kk))"
+        w_block = "pl.BlockSpec((None, bn, bk), lambda j, v, kk, *s: (jnp.minimum(s[0][v], GROUPS - 1), j, kk))"
         contract = "(((1,), (1,)), ((), ()))"
     else:
-        w_block = "pl.BlockSpec((None, bk, bn), lambda j, v, kk, *s: (s[0][v], kk, j))"
+        w_block = "pl.BlockSpec((None, bk, bn), lambda j, v, kk, *s: (jnp.minimum(s[0][v], GROUPS - 1), kk, j))"
         contract = "(((1,), (0,)), ((), ()))"
     return header + tunable_text + f'''
+GROUPS = {spec.groups}  # the weights' groups
 
-def _schedule(sizes, block_m, visits):
+def _schedule(sizes, m, block_m, visits):
     """For each visit, in row order: its group, its row tile, whether it is one of the groups' visits (1) or a
     repeat of the last (0); and each group's first and end row. A group visits every tile its rows touch; an
-    empty group visits none."""
-    sizes = sizes.astype(jnp.int32)
-    ends = jnp.cumsum(sizes)
-    starts = ends - sizes
+    empty group visits none. The rows past the groups' total (ragged_dot gives them zeros) are one more group,
+    whose visits store zeros."""
+    ends = jnp.minimum(jnp.cumsum(sizes.astype(jnp.int32)), m)
+    ends = jnp.concatenate([ends, jnp.full((1,), m, jnp.int32)])
+    starts = jnp.concatenate([jnp.zeros((1,), jnp.int32), ends[:-1]])
+    sizes = ends - starts
     first = starts // block_m
     count = jnp.where(sizes > 0, (ends - 1) // block_m - first + 1, 0)
     done = jnp.cumsum(count)
@@ -44,7 +47,7 @@ def _kernel(group_ref, tile_ref, real_ref, start_ref, end_ref, x_ref, w_ref, o_r
     def _init():
         acc_ref[...] = jnp.zeros_like(acc_ref)
 
-    @pl.when(real_ref[v] == 1)
+    @pl.when((real_ref[v] == 1) & (group_ref[v] < GROUPS))  # the last group's rows (no weights) stay zero
     def _product():
         acc_ref[...] += lax.dot_general(x_ref[...], w_ref[...], {contract},
                                         preferred_element_type=jnp.float32)
@@ -63,9 +66,8 @@ def computation({args}):
     m, k = x.shape
     n = w.shape[{1 if spec.transposed else 2}]
     bm, bn, bk = min(BLOCK_M, m), min(BLOCK_N, n), min(BLOCK_K, k)
-    groups = w.shape[0]
-    visits = m // bm + groups - 1  # a tile per group boundary beyond the dense walk's tiles
-    schedule = _schedule(a{spec.sizes}, bm, visits)
+    visits = m // bm + GROUPS  # a tile per group boundary beyond the dense walk's tiles (GROUPS + 1 groups)
+    schedule = _schedule(a{spec.sizes}, m, bm, visits)
     return pl.pallas_call(
         _kernel,
         grid_spec=pltpu.PrefetchScalarGridSpec(
@@ -80,7 +82,7 @@ def computation({args}):
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary"),
                                              vmem_limit_bytes=VMEM_LIMIT_BYTES),
         cost_estimate=pl.CostEstimate(flops=2 * m * k * n, transcendentals=0,
-                                      bytes_accessed=(m * k * (n // bn) + groups * k * n) * x.dtype.itemsize
+                                      bytes_accessed=(m * k * (n // bn) + GROUPS * k * n) * x.dtype.itemsize
                                       + m * n * jnp.dtype(jnp.{spec.out_dtype}).itemsize),
     )(*schedule, x, w)
 '''
