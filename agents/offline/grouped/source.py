@@ -12,13 +12,13 @@ def grouped_source(spec: GroupedShape, params: GroupedParams, header: str, tunab
     del params  # the written module reads its TUNABLE values
     args = ", ".join([f"a{i}" for i in range(spec.n_inputs)] + [f"s{i}" for i in range(spec.n_static)])
     if spec.transposed:
-        w_block = "pl.BlockSpec((None, bn, bk), lambda j, v, kk, *s: (jnp.minimum(s[0][v], GROUPS - 1), j, kk))"
+        w_block = "pl.BlockSpec((None, bn, bk), lambda j, v, kk, *s: (jnp.minimum(s[0][v], groups - 1), j, kk))"
         contract = "(((1,), (1,)), ((), ()))"
     else:
-        w_block = "pl.BlockSpec((None, bk, bn), lambda j, v, kk, *s: (jnp.minimum(s[0][v], GROUPS - 1), kk, j))"
+        w_block = "pl.BlockSpec((None, bk, bn), lambda j, v, kk, *s: (jnp.minimum(s[0][v], groups - 1), kk, j))"
         contract = "(((1,), (0,)), ((), ()))"
+    header = header.replace("import jax\n", "import functools\n\nimport jax\n", 1)
     return header + tunable_text + f'''
-GROUPS = {spec.groups}  # the weights' groups
 
 def _schedule(sizes, m, block_m, visits):
     """For each visit, in row order: its group, its row tile, whether it is one of the groups' visits (1) or a
@@ -40,14 +40,14 @@ def _schedule(sizes, m, block_m, visits):
     return group, tile, (v < total).astype(jnp.int32), starts, ends
 
 
-def _kernel(group_ref, tile_ref, real_ref, start_ref, end_ref, x_ref, w_ref, o_ref, acc_ref):
+def _kernel(group_ref, tile_ref, real_ref, start_ref, end_ref, x_ref, w_ref, o_ref, acc_ref, *, groups):
     v, kk = pl.program_id(1), pl.program_id(2)
 
     @pl.when(kk == 0)
     def _init():
         acc_ref[...] = jnp.zeros_like(acc_ref)
 
-    @pl.when((real_ref[v] == 1) & (group_ref[v] < GROUPS))  # the last group's rows (no weights) stay zero
+    @pl.when((real_ref[v] == 1) & (group_ref[v] < groups))  # the last group's rows (no weights) stay zero
     def _product():
         acc_ref[...] += lax.dot_general(x_ref[...], w_ref[...], {contract},
                                         preferred_element_type=jnp.float32)
@@ -66,10 +66,11 @@ def computation({args}):
     m, k = x.shape
     n = w.shape[{1 if spec.transposed else 2}]
     bm, bn, bk = min(BLOCK_M, m), min(BLOCK_N, n), min(BLOCK_K, k)
-    visits = m // bm + GROUPS  # a tile per group boundary beyond the dense walk's tiles (GROUPS + 1 groups)
+    groups = w.shape[0]
+    visits = m // bm + groups  # a tile per group boundary beyond the dense walk's tiles (groups + 1 groups)
     schedule = _schedule(a{spec.sizes}, m, bm, visits)
     return pl.pallas_call(
-        _kernel,
+        functools.partial(_kernel, groups=groups),
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=5,
             grid=(n // bn, visits, k // bk),
@@ -82,7 +83,7 @@ def computation({args}):
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary"),
                                              vmem_limit_bytes=VMEM_LIMIT_BYTES),
         cost_estimate=pl.CostEstimate(flops=2 * m * k * n, transcendentals=0,
-                                      bytes_accessed=(m * k * (n // bn) + GROUPS * k * n) * x.dtype.itemsize
+                                      bytes_accessed=(m * k * (n // bn) + groups * k * n) * x.dtype.itemsize
                                       + m * n * jnp.dtype(jnp.{spec.out_dtype}).itemsize),
     )(*schedule, x, w)
 '''
