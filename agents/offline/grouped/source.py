@@ -17,7 +17,7 @@ def grouped_source(spec: GroupedShape, params: GroupedParams, header: str, tunab
     else:
         w_block = "pl.BlockSpec((None, bk, bn), lambda j, v, kk, *s: (jnp.minimum(s[0][v], groups - 1), kk, j))"
         contract = "(((1,), (0,)), ((), ()))"
-    header = header.replace("import jax\n", "import functools\n\nimport jax\n", 1)
+    header = header.replace("import jax\n", "import functools\nimport math\n\nimport jax\n", 1)
     return header + tunable_text + f'''
 
 def _schedule(sizes, m, block_m, visits):
@@ -65,7 +65,10 @@ def computation({args}):
     w = a{spec.rhs}.astype(jnp.{spec.rhs_dtype})
     m, k = x.shape
     n = w.shape[{1 if spec.transposed else 2}]
-    bm, bn, bk = min(BLOCK_M, m), min(BLOCK_N, n), min(BLOCK_K, k)
+    # Blocks that divide what they tile at any shape the module is called with: rows by their gcd (m is a
+    # multiple of 8), the lane-tiled n and k whole where the chosen block does not divide them.
+    bm = math.gcd(min(BLOCK_M, m), m)
+    bn, bk = (b if size % b == 0 else size for b, size in ((min(BLOCK_N, n), n), (min(BLOCK_K, k), k)))
     groups = w.shape[0]
     visits = m // bm + groups  # a tile per group boundary beyond the dense walk's tiles (groups + 1 groups)
     schedule = _schedule(a{spec.sizes}, m, bm, visits)

@@ -73,6 +73,7 @@ def triangle_source(spec: TriangleShape, params: TriangleParams, header: str, tu
         if spec.incoming else
         [f"pl.BlockSpec((None, {b}, n), lambda h, i, j: (h, {a}, 0))" for a, b in (("i", "bi"), ("j", "bj"))])
     gate_in = "c_in" if spec.out.gate is not None else "0"  # the output gate's own projection of x
+    header = header.replace("import jax\n", "import math\n\nimport jax\n", 1)
     return header + tunable_text + f'''
 EPS = {spec.eps!r}  # added to the mean square before its root
 # The projections' weights stacked into one dot, and each projection's blocks of its rows: (value, gate, masked).
@@ -125,7 +126,9 @@ def computation({args}):
     c, c_out = a{spec.left.value}.shape[1], a{spec.out.value}.shape[1]
     xf = x.reshape(p, c_in)
     weights = jnp.concatenate([a{", a".join(str(w) for w in order)}], axis=1).T  # [projections x C, C_in]
-    rows = min(BLOCK_ROWS, p)
+    # Blocks that divide what they tile at any shape the module is called with (the search's values were chosen
+    # at the production shape): the gcd keeps a multiple of 128 where the residues are one.
+    rows = math.gcd(min(BLOCK_ROWS, p), p)
     per_rows = pltpu.CompilerParams(dimension_semantics=("parallel",), vmem_limit_bytes=VMEM_LIMIT_BYTES)
     left, right = pl.pallas_call(
         _projection_kernel,
@@ -137,7 +140,7 @@ def computation({args}):
         cost_estimate=pl.CostEstimate(flops=2 * p * c_in * weights.shape[0], transcendentals=p * c * {gates},
                                       bytes_accessed=(p * c_in + 2 * p * c) * x.dtype.itemsize),
     )(xf, {mask_val}weights)
-    bi, bj = min(BLOCK_I, n), min(BLOCK_J, n)
+    bi, bj = math.gcd(min(BLOCK_I, n), n), math.gcd(min(BLOCK_J, n), n)
     t = pl.pallas_call(
         _contraction_kernel,
         grid=(c, n // bi, n // bj),
