@@ -212,9 +212,12 @@ class OfflineBrain:
         tiling = " ".join(reasons[1:] if len(reasons) > 1 else reasons)
         pipelining = ("Pallas double-buffers each BlockSpec input: the next tile's DMA overlaps this tile's work. "
                       + ("The reduction axis (K, or the key blocks) is last and 'arbitrary'; the others are "
-                         "'parallel' so megacore chips split them." if is_matmul or isinstance(spec, (Attention,
-                                                                                                      FamilySpec))
-                         else "Both grid axes are 'parallel'."))
+                         "'parallel' so megacore chips split them." if is_matmul or isinstance(spec, Attention)
+                         # A family's grid: an axis that carries an accumulator or an output block across steps
+                         # is 'arbitrary' (after the others); with none, every axis is 'parallel'.
+                         else "Axes that carry an accumulator or an output block from step to step come last and "
+                         "are 'arbitrary'; the others are 'parallel' so megacore chips split them."
+                         if isinstance(spec, FamilySpec) else "Both grid axes are 'parallel'."))
         return "\n\n".join([
             f"## Analysis\n{spec.describe()} on {self.chip.name}. {self.cost} {reasons[0]}",
             f"## Strategy\n{strategy}",

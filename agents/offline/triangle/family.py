@@ -41,7 +41,7 @@ class Triangle(TriangleShape):
         n, c = self.residues, self.channels
         flops = 2 * c * n ** 3
         size = itemsize(self.dtype)
-        moved = (2 * n * n * self.c_in + 2 * 2 * n * n * c + n * n * self.c_out) * size
+        moved = (2 * self.c_in + 2 * 2 * c + 2 * c + self.c_out) * n * n * size  # as the sentence lists them
         reasons = [f"The per-channel contraction is {flops / 1e9:.0f} GFLOP, at least "
                    f"{flops / chip.peak_for(self.dtype) * 1e3:.3g} ms on {chip.name}'s MXU; the three calls move "
                    f"~{moved / MiB:.0f} MiB through HBM (x twice, left and right written and read, t written and "
