@@ -8,23 +8,13 @@ from agents.offline.triangle.shape import Projection, TriangleParams, TriangleSh
 
 
 def _stacked(spec: TriangleShape) -> tuple[list[int], dict[str, tuple[int, int | None, bool]]]:
-    """The projection weights stacked into one dot (input indices, in order) and each projection's rows in it:
-    (value block, gate block or None, masked)."""
-    order: list[int] = []
-
-    def block(weight: int | None) -> int | None:
-        if weight is None:
-            return None
-        order.append(weight)
-        return len(order) - 1
-
-    rows = {}
-    for name, proj in (("left", spec.left), ("right", spec.right)):
-        rows[name] = (block(proj.value), None, proj.masked)
-    for name, proj in (("left", spec.left), ("right", spec.right)):
-        value, _, masked = rows[name]
-        rows[name] = (value, block(proj.gate), masked)  # type: ignore[assignment]
-    return order, rows  # type: ignore[return-value]
+    """The projection weights stacked into one dot (input indices: the values, then the gates) and each
+    projection's blocks of rows in it: (value block, gate block or None, masked)."""
+    projections = {"left": spec.left, "right": spec.right}
+    order = [p.value for p in projections.values()] + [p.gate for p in projections.values() if p.gate is not None]
+    rows = {name: (order.index(p.value), None if p.gate is None else order.index(p.gate), p.masked)
+            for name, p in projections.items()}
+    return order, rows
 
 
 def _gate_args(out: Projection) -> tuple[str, str]:
