@@ -51,6 +51,17 @@ def floor_in(values: tuple[Any, ...], limit: float) -> Any:
     return max(fitting) if fitting else min(values)
 
 
+def dividing(size: int, blocks: tuple[int, ...]) -> tuple[int, ...]:
+    """The blocks of a TUNABLE axis that divide `size`, or the whole size when none does."""
+    return tuple(b for b in blocks if size % b == 0) or (size,)
+
+
+def first_vmem_limit(vmem_bytes: int) -> int:
+    """The scoped VMEM limit a family's first kernel asks for: 64 MiB on a chip with 128 MiB of VMEM (v5e, v6e),
+    else 32 MiB or half the chip's VMEM, the less - within the VMEM, not all of it (the compiler keeps some)."""
+    return 64 * 2**20 if vmem_bytes >= 128 * 2**20 else min(32 * 2**20, vmem_bytes // 2)
+
+
 P = TypeVar("P")
 
 

@@ -37,6 +37,7 @@ Arg = Value | float | int | bool  # a literal is a Python scalar
 # Operations of several results the program keeps, as one op per result (`params["result"]` says which): a top-k's
 # values and indices (a mixture of experts' routing).
 MULTI_RESULT = frozenset({"top_k"})
+CASTS = ("convert_element_type", "copy", "copy_p")  # ops that change a value's dtype or buffer, not its values' place
 DRAWS = ("_normal", "_uniform")  # jax.random's draws (the names of their jitted bodies) a wrapper repeats
 
 
@@ -81,6 +82,20 @@ class Program:
 
     def users(self, value: Value) -> list[Op]:
         return [op for op in self.ops if any(isinstance(a, Value) and a.id == value.id for a in op.args)]
+
+    def behind(self, value: Any, through: tuple[str, ...] = CASTS) -> tuple[Any, list[Op]]:
+        """`value` traced back through the ops of `through` (casts by default), and the ops passed, outermost
+        first."""
+        passed: list[Op] = []
+        while isinstance(value, Value) and (op := self.producer(value)) is not None and op.prim in through:
+            passed.append(op)
+            value = op.args[0]
+        return value, passed
+
+    def input_index(self, value: Any, through: tuple[str, ...] = CASTS) -> int | None:
+        """The position of the input `value` is, looking through the ops of `through`; None when it is computed."""
+        value = self.behind(value, through)[0]
+        return next((i for i, v in enumerate(self.inputs) if isinstance(value, Value) and v.id == value.id), None)
 
     def depends_on(self, later: Any, earlier: Value) -> bool:
         """Whether `later` is computed from `earlier`."""

@@ -9,7 +9,8 @@ import pytest
 
 from agents.offline.attention import AttentionParams
 from agents.offline.conv import ConvParams
-from agents.offline.kernel_family import as_tunable, from_tunable
+from agents.offline.kernel_family import as_tunable, dividing, first_vmem_limit, from_tunable
+from tpu_runner.hardware import get_chip
 
 
 def test_attention_parameters_as_tunable_values_and_back() -> None:
@@ -36,3 +37,13 @@ def test_conv_parameters_leave_out_what_the_mode_has_no_axis_for() -> None:
     assert list(as_tunable(pool)) == ["BLOCK_CO", "BLOCK_P", "CHUNK", "FOLD_TAPS", "VMEM_LIMIT_BYTES",
                                       "ELEMENTWISE_DTYPES"]
     assert from_tunable(ConvParams, as_tunable(pool)) == pool
+
+
+def test_the_families_shared_choices() -> None:
+    # Blocks that divide the size, else the whole size (a block that divides nothing would leave rows unwritten).
+    assert dividing(1536, (256, 512, 1024)) == (256, 512)
+    assert dividing(200, (256, 512)) == (200,)
+    # Within the chip's VMEM, not all of it: v5e and v6e have 128 MiB, v5p 64, a 16 MiB chip gets 8.
+    assert first_vmem_limit(get_chip("v5e").vmem_bytes) == 64 * 2**20
+    assert first_vmem_limit(get_chip("v5p").vmem_bytes) == 32 * 2**20
+    assert first_vmem_limit(16 * 2**20) == 8 * 2**20

@@ -17,21 +17,14 @@ import numpy as np
 from agents.offline.crossentropy.family import CrossEntropy
 from agents.offline.expr import FLOAT_DTYPES, NotRecognised
 from agents.offline.positions import is_zero, position_value
-from agents.offline.program import Op, Program, Value
+from agents.offline.program import CASTS, Op, Program, Value
 
-_CASTS = ("convert_element_type", "copy", "copy_p", "stop_gradient", "reduce_precision")
+_CASTS = CASTS + ("stop_gradient", "reduce_precision")
 _PASS = _CASTS + ("broadcast_in_dim", "reshape", "squeeze", "expand_dims")
 
 
 def _is(a: Any, b: Value) -> bool:
     return isinstance(a, Value) and a.id == b.id
-
-
-def _peel(program: Program, arg: Any, through: tuple[str, ...] = _CASTS) -> Any:
-    """`arg` traced back through the ops of `through`."""
-    while isinstance(arg, Value) and (op := program.producer(arg)) is not None and op.prim in through:
-        arg = op.args[0]
-    return arg
 
 
 def _root(program: Program, arg: Any) -> Any:
@@ -79,7 +72,7 @@ def _logits(program: Program, x: Value) -> tuple[int | None, int | None, int | N
     dot = program.producer(x)
     if dot is None or dot.prim != "dot_general":
         raise NotRecognised("cross-entropy's logits are neither an input nor one matmul's output")
-    a, b = (_peel(program, arg) for arg in dot.args)
+    a, b = (program.behind(arg, _CASTS)[0] for arg in dot.args)
     if not all(any(_is(arg, v) for v in program.inputs) for arg in (a, b)):
         raise NotRecognised("cross-entropy's matmul operands are computed inside the reference (a prologue)")
     (lc, rc), (lb, rb) = dot.params["dimension_numbers"]
@@ -91,7 +84,7 @@ def _logits(program: Program, x: Value) -> tuple[int | None, int | None, int | N
 
 def _one_hot(program: Program, side: Any, labels: Value, vocab: int) -> bool:
     """Whether `side` is the labels compared with the vocabulary's positions (an iota), cast."""
-    eq = program.producer(_peel(program, side))
+    eq = program.producer(program.behind(side, _CASTS)[0])
     if eq is None or eq.prim != "eq" or len(eq.args) != 2:
         return False
     for lab, other in ((eq.args[0], eq.args[1]), (eq.args[1], eq.args[0])):
@@ -119,17 +112,18 @@ def _picks(program: Program, x: Value, shifted: Value, log: Value, labels: Value
                                     "counted from the end)")
             found.append((op.out, "gather", "x"))
         elif op.prim == "reduce_sum" and op is not total and tuple(op.params["axes"]) == (1,):
-            product = program.producer(_peel(program, op.args[0]))
+            product = program.producer(program.behind(op.args[0], _CASTS)[0])
             if product is None or product.prim != "mul" or len(product.args) != 2:
                 continue
             for hot, picked in ((product.args[0], product.args[1]), (product.args[1], product.args[0])):
                 if not _one_hot(program, hot, labels, vocab):
                     continue
-                source = _peel(program, picked)
+                source = program.behind(picked, _CASTS)[0]
                 minus = program.producer(source) if isinstance(source, Value) else None
                 if _is(_root(program, source), x):
                     found.append((op.out, "one_hot", "x"))
-                elif minus is not None and minus.prim == "sub" and _is(_peel(program, minus.args[0]), shifted) \
+                elif minus is not None and minus.prim == "sub" \
+                        and _is(program.behind(minus.args[0], _CASTS)[0], shifted) \
                         and _is(_root(program, minus.args[1]), log):
                     found.append((op.out, "one_hot", "logp"))
                 else:
@@ -172,7 +166,7 @@ def recognise_cross_entropy(program: Program, output: Value) -> CrossEntropy | N
     exps = [op for op in program.ops if op.prim == "exp"]
     if len(labels) != 1 or len(exps) != 1:
         return None
-    shifted = _peel(program, exps[0].args[0])
+    shifted = program.behind(exps[0].args[0], _CASTS)[0]
     minus = program.producer(shifted) if isinstance(shifted, Value) else None
     if minus is None or minus.prim != "sub" or not _is(_root(program, minus.args[0]), x) \
             or not _is(_root(program, minus.args[1]), mx.out):

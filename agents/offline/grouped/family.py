@@ -8,14 +8,9 @@ from typing import Any
 
 from agents.offline.grouped.shape import GroupedParams, GroupedShape, MiB
 from agents.offline.grouped.source import grouped_source
-from agents.offline.kernel_family import as_tunable, floor_in, from_tunable
+from agents.offline.kernel_family import as_tunable, dividing, first_vmem_limit, floor_in, from_tunable
 from agents.offline.program import itemsize
 from tpu_runner.hardware import ChipSpec
-
-
-def _dividing(size: int, blocks: tuple[int, ...]) -> tuple[int, ...]:
-    """The blocks that divide `size`, or the whole size when none does."""
-    return tuple(b for b in blocks if size % b == 0) or (size,)
 
 
 @dataclass(frozen=True)
@@ -24,15 +19,15 @@ class Grouped(GroupedShape):
     reduces = False
 
     def space(self) -> dict[str, tuple[Any, ...]]:
-        return {"BLOCK_M": _dividing(self.m, (128, 256, 512, 1024)),
-                "BLOCK_N": _dividing(self.n, (256, 512, 1024, 2048)),
-                "BLOCK_K": tuple(sorted(set(_dividing(self.k, (256, 512, 1024, 2048)) + (self.k,)))),
+        return {"BLOCK_M": dividing(self.m, (128, 256, 512, 1024)),
+                "BLOCK_N": dividing(self.n, (256, 512, 1024, 2048)),
+                "BLOCK_K": tuple(sorted(set(dividing(self.k, (256, 512, 1024, 2048)) + (self.k,)))),
                 "VMEM_LIMIT_BYTES": tuple(x * MiB for x in (32, 64, 100))}
 
     def params(self, chip: ChipSpec) -> tuple[dict[str, Any], list[str]]:
         space = self.space()
         block_m, block_n = floor_in(space["BLOCK_M"], 512), floor_in(space["BLOCK_N"], 1024)
-        vmem = 64 * MiB if chip.vmem_bytes >= 128 * MiB else 32 * MiB
+        vmem = first_vmem_limit(chip.vmem_bytes)
         # The whole of k a step when both blocks fit (double-buffered) in half the limit: a group's weight block
         # then stays put across its consecutive visits, fetched once per group and column block, not once per
         # row tile and k step.

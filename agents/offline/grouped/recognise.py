@@ -6,17 +6,12 @@ from __future__ import annotations
 
 from agents.offline.expr import NotRecognised
 from agents.offline.grouped.family import Grouped
-from agents.offline.program import Program, Value
-
-_CASTS = ("convert_element_type", "copy", "copy_p")
+from agents.offline.program import CASTS, Program, Value
 
 
 def _input(program: Program, value: object, what: str) -> int:
-    while isinstance(value, Value) and (op := program.producer(value)) is not None and op.prim in _CASTS:
-        value = op.args[0]
-    for i, v in enumerate(program.inputs):
-        if isinstance(value, Value) and v.id == value.id:
-            return i
+    if (index := program.input_index(value)) is not None:
+        return index
     raise NotRecognised(f"the grouped matmul's {what} is computed inside the reference; the offline brain reads it "
                         "as an input")
 
@@ -44,7 +39,7 @@ def recognise_grouped(program: Program, output: Value) -> Grouped | None:
     value = output
     while value.id != op.out.id:
         producer = program.producer(value)
-        if producer is None or producer.prim not in _CASTS or not isinstance(producer.args[0], Value):
+        if producer is None or producer.prim not in CASTS or not isinstance(producer.args[0], Value):
             raise NotRecognised(f"the grouped matmul is followed by {producer.prim if producer else 'nothing'}; "
                                 "the offline brain writes it followed by casts only")
         value = producer.args[0]

@@ -113,15 +113,6 @@ def _chain(program: Program, hidden: Value, entries: set[int]) -> list[Op]:
     return [op for op in program.ops if op.out.id in found]
 
 
-def _peel(program: Program, arg: Any, through: tuple[str, ...]) -> tuple[Any, list[Op]]:
-    """`arg` traced back through the ops of `through`, and those ops."""
-    passed = []
-    while isinstance(arg, Value) and (op := program.producer(arg)) is not None and op.prim in through:
-        passed.append(op)
-        arg = op.args[0]
-    return arg, passed
-
-
 def _combine_weights(program: Program, topk: tuple[Op, Op], combine: Value, experts: int, k: int) -> None:
     """Check by numbers that each token's routing weights are zero outside the experts its top-k chose."""
     values, indices = topk
@@ -219,19 +210,19 @@ class _WeightedSum:
 
 def _weighted_sum(program: Program, output: Value, down: Op, shape: tuple[int, ...]) -> _WeightedSum:
     experts, token_shape = shape[0], shape[1:-1]
-    summed, casts = _peel(program, output, ("convert_element_type",))
+    summed, casts = program.behind(output, ("convert_element_type",))
     total = program.producer(summed) if isinstance(summed, Value) else None
     if total is None or total.prim != "reduce_sum" or tuple(total.params["axes"]) != (0,):
         raise NotRecognised("the output is not the experts' outputs summed over the experts")
     product = program.producer(total.args[0]) if isinstance(total.args[0], Value) else None
     if product is None or product.prim != "mul":
         raise NotRecognised("the experts' outputs are summed without a routing weight each")
-    sides = [_peel(program, a, ("convert_element_type",)) for a in product.args]
+    sides = [program.behind(a, ("convert_element_type",)) for a in product.args]
     y_side = next((s for s in (0, 1) if isinstance(sides[s][0], Value) and sides[s][0].id == down.out.id), None)
     if y_side is None or down.out.shape != shape:
         raise NotRecognised("the routing weights multiply something else than the experts' outputs "
                             "[experts, *tokens, model]")
-    combine, spread = _peel(program, product.args[1 - y_side], ("broadcast_in_dim",))
+    combine, spread = program.behind(product.args[1 - y_side], ("broadcast_in_dim",))
     if not isinstance(combine, Value) or combine.shape not in ((experts, *token_shape), (experts, *token_shape, 1)):
         raise NotRecognised("the routing weights are not one per expert and token")
     return _WeightedSum(combine, (*casts, *sides[y_side][1], *spread, total, product))

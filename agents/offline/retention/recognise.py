@@ -15,11 +15,10 @@ import numpy as np
 
 from agents.offline.expr import NotRecognised
 from agents.offline.positions import causal_mismatch, is_zero, position_value
-from agents.offline.program import Op, Program, Value
+from agents.offline.program import CASTS, Op, Program, Value
 from agents.offline.retention.family import Retention
 from agents.offline.retention.shape import MAX_EXPONENT
 
-_CASTS = ("convert_element_type", "copy", "copy_p")
 _REGROUP = ("broadcast_in_dim", "reshape", "expand_dims", "squeeze")
 
 
@@ -43,13 +42,8 @@ def _through(program: Program, value: Value, prims: tuple[str, ...]) -> tuple[Va
 
 def _input_behind(program: Program, arg: Any, what: str) -> Value:
     """The program input a matmul operand is, looking through casts."""
-    while isinstance(arg, Value):
-        if any(arg.id == v.id for v in program.inputs):
-            return arg
-        producer = program.producer(arg)
-        if producer is None or producer.prim not in _CASTS:
-            break
-        arg = producer.args[0]
+    if (index := program.input_index(arg)) is not None:
+        return program.inputs[index]
     raise NotRecognised(f"retention's {what} is computed inside the reference; the offline brain reads q, k and v "
                         "as inputs")
 
@@ -70,12 +64,10 @@ def _lift(value: np.ndarray, ops: list[Op]) -> np.ndarray:
 
 
 def _peeled(program: Program, value: Any) -> tuple[Any, list[Op]]:
-    """`value` traced back through casts and regroupings, and the ops passed (outermost last)."""
-    chain: list[Op] = []
-    while isinstance(value, Value) and (p := program.producer(value)) is not None and p.prim in _CASTS + _REGROUP:
-        chain.insert(0, p)
-        value = p.args[0]
-    return value, chain
+    """`value` traced back through casts and regroupings, and the ops passed (outermost last, as `_lift` applies
+    them)."""
+    inner, passed = program.behind(value, CASTS + _REGROUP)
+    return inner, passed[::-1]
 
 
 def _masked(program: Program, decay: Value) -> tuple[np.ndarray, Any, Op]:
@@ -182,7 +174,7 @@ def _rates(program: Program, decay: Value, batch_dims: tuple[int, ...], seq: int
 
 def _floor(program: Program, total: Value) -> tuple[float, Value]:
     """The rows' floor (max(sum, eps)) after their absolute sum, and the value the scores are divided by."""
-    reached, _ = _through(program, total, _REGROUP + _CASTS)
+    reached, _ = _through(program, total, _REGROUP + CASTS)
     users = program.users(reached)
     if len(users) == 1 and users[0].prim == "max":
         op = users[0]
@@ -190,7 +182,7 @@ def _floor(program: Program, total: Value) -> tuple[float, Value]:
         eps = position_value(program, others[0]) if len(others) == 1 else None
         if eps is None or eps.size != 1:
             raise NotRecognised("retention floors its row sums by something other than a constant")
-        divisor, _ = _through(program, op.out, _REGROUP + _CASTS)
+        divisor, _ = _through(program, op.out, _REGROUP + CASTS)
         return float(eps.reshape(())), divisor
     return 0.0, reached
 
@@ -239,10 +231,10 @@ def recognise_retention(program: Program, output: Value) -> Retention | None:
         raise NotRecognised("retention divides by its scores rather than dividing them")
     if not (isinstance(divide.args[1], Value) and divide.args[1].id == divisor.id):
         raise NotRecognised("retention divides its scores by something other than their rows' floored sums")
-    normalised, _ = _through(program, divide.out, _CASTS)
+    normalised, _ = _through(program, divide.out, CASTS)
     if not (isinstance(second.args[0], Value) and second.args[0].id == normalised.id):
         raise NotRecognised("retention's normalised scores go through more than a cast before the second matmul")
-    result, _ = _through(program, second.out, _CASTS)
+    result, _ = _through(program, second.out, CASTS)
     if result.id != output.id:
         raise NotRecognised("retention's result goes through more than a cast to the output")
     return Retention(q=program.inputs.index(q), k=program.inputs.index(k), v=program.inputs.index(v),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agents.offline.kernel_family import as_tunable, floor_in, from_tunable
+from agents.offline.kernel_family import as_tunable, dividing, first_vmem_limit, floor_in, from_tunable
 from agents.offline.program import itemsize
 from agents.offline.triangle.shape import MiB, TriangleParams, TriangleShape
 from agents.offline.triangle.source import triangle_source
@@ -21,8 +21,8 @@ class Triangle(TriangleShape):
     reduces = True
 
     def space(self) -> dict[str, tuple[Any, ...]]:
-        tiles = tuple(b for b in _BLOCKS if self.residues % b == 0) or (self.residues,)
-        rows = tuple(b for b in (512, 1024, 2048, 4096, 8192) if self.residues ** 2 % b == 0)
+        tiles = dividing(self.residues, _BLOCKS)
+        rows = dividing(self.residues ** 2, (512, 1024, 2048, 4096, 8192))
         return {"BLOCK_ROWS": rows, "BLOCK_I": tiles, "BLOCK_J": tiles,
                 "VMEM_LIMIT_BYTES": tuple(m * MiB for m in (32, 64, 100))}
 
@@ -34,7 +34,7 @@ class Triangle(TriangleShape):
 
     def params(self, chip: ChipSpec) -> tuple[dict[str, Any], list[str]]:
         space = self.space()
-        vmem = 64 * MiB if chip.vmem_bytes >= 128 * MiB else 32 * MiB  # within the chip's VMEM, not all of it
+        vmem = first_vmem_limit(chip.vmem_bytes)
         fitting = [b for b in space["BLOCK_I"] if b <= 768 and self._contraction_vmem(b) <= vmem // 2]
         block = max(fitting) if fitting else min(space["BLOCK_I"])
         rows = floor_in(space["BLOCK_ROWS"], 4096)

@@ -15,18 +15,11 @@ from __future__ import annotations
 from typing import Any
 
 from agents.offline.positions import position_value
-from agents.offline.program import Op, Program, Value
+from agents.offline.program import CASTS, Op, Program, Value
 from agents.offline.triangle.family import Triangle
 from agents.offline.triangle.shape import Projection
 
-_CASTS = ("convert_element_type", "copy", "copy_p")
 _REGROUP = ("broadcast_in_dim", "reshape", "expand_dims", "squeeze")
-
-
-def _peel(program: Program, value: Any, prims: tuple[str, ...] = _CASTS) -> Any:
-    while isinstance(value, Value) and (op := program.producer(value)) is not None and op.prim in prims:
-        value = op.args[0]
-    return value
 
 
 def _made_by(program: Program, value: Any, prim: str) -> Op | None:
@@ -34,26 +27,21 @@ def _made_by(program: Program, value: Any, prim: str) -> Op | None:
     return op if op is not None and op.prim == prim else None
 
 
-def _input(program: Program, value: Any, prims: tuple[str, ...] = _CASTS) -> int | None:
-    value = _peel(program, value, prims)
-    return next((i for i, v in enumerate(program.inputs) if isinstance(value, Value) and v.id == value.id), None)
-
-
 def _factors(program: Program, value: Any) -> list[Any]:
     """The factors of a product, looking through casts."""
-    inner = _peel(program, value)
+    inner = program.behind(value)[0]
     op = _made_by(program, inner, "mul")
     return [f for arg in op.args for f in _factors(program, arg)] if op is not None else [inner]
 
 
 def _matmul(program: Program, value: Any) -> tuple[Any, int] | None:
     """(lhs, weight input) when `value` is lhs @ W over lhs's last axis, W a [in, out] input."""
-    op = _made_by(program, _peel(program, value), "dot_general")
+    op = _made_by(program, program.behind(value)[0], "dot_general")
     if op is None:
         return None
     (lc, rc), (lb, rb) = op.params["dimension_numbers"]
     lhs, w = op.args
-    weight = _input(program, w)
+    weight = program.input_index(w)
     if lb or rb or tuple(rc) != (0,) or not isinstance(lhs, Value) or tuple(lc) != (len(lhs.shape) - 1,) \
             or weight is None or len(program.inputs[weight].shape) != 2:
         return None
@@ -69,13 +57,13 @@ def _projection(program: Program, value: Any) -> tuple[int, Projection, int | No
         elif (gate := _made_by(program, factor, "logistic")) is not None \
                 and (found := _matmul(program, gate.args[0])) is not None:
             gates.append(found)
-        elif (mask := _input(program, factor, _CASTS + _REGROUP)) is not None:
+        elif (mask := program.input_index(factor, CASTS + _REGROUP)) is not None:
             masks.append(mask)
         else:
             return None
     if len(values) != 1 or len(gates) > 1 or len(masks) > 1:
         return None
-    pairs = {_input(program, lhs) for lhs, _ in values + gates}
+    pairs = {program.input_index(lhs) for lhs, _ in values + gates}
     if len(pairs) != 1 or None in pairs:
         return None
     (x,) = pairs
@@ -97,17 +85,17 @@ def _rms_normalised(program: Program, value: Any, t: Value) -> tuple[float, int 
     """(eps, the scale input) when `value` is t * rsqrt(mean(t^2 over the channels) + eps) [* scale], through
     casts."""
     factors = _factors(program, value)
-    plain = [f for f in factors if isinstance(f, Value) and _peel(program, f).id == t.id]
+    plain = [f for f in factors if isinstance(f, Value) and program.behind(f)[0].id == t.id]
     roots = [f for f in factors if _made_by(program, f, "rsqrt") is not None]
     rest = [f for f in factors if not any(f is g for g in plain + roots)]
     if len(plain) != 1 or len(roots) != 1 or len(rest) > 1:
         return None
     scale = None
     if rest:
-        scale = _input(program, rest[0], _CASTS + _REGROUP)
+        scale = program.input_index(rest[0], CASTS + _REGROUP)
         if scale is None or program.inputs[scale].shape != (t.shape[-1],):
             return None
-    added = _made_by(program, _peel(program, _made_by(program, roots[0], "rsqrt").args[0]), "add")
+    added = _made_by(program, program.behind(_made_by(program, roots[0], "rsqrt").args[0])[0], "add")
     if added is None:
         return None
     consts = [position_value(program, a) for a in added.args]
@@ -115,7 +103,7 @@ def _rms_normalised(program: Program, value: Any, t: Value) -> tuple[float, int 
     if len(at) != 1:
         return None
     eps = float(consts[at[0]].reshape(()))
-    mean = _peel(program, added.args[1 - at[0]], _CASTS + _REGROUP)
+    mean = program.behind(added.args[1 - at[0]], CASTS + _REGROUP)[0]
     divide = _made_by(program, mean, "div") or _made_by(program, mean, "mul")
     if divide is None:
         return None
@@ -125,15 +113,15 @@ def _rms_normalised(program: Program, value: Any, t: Value) -> tuple[float, int 
     count = float(count.reshape(()))
     if abs((count if divide.prim == "div" else 1.0 / count) - t.shape[-1]) > 1e-3 * t.shape[-1]:
         return None
-    summed = _made_by(program, _peel(program, divide.args[0], _CASTS + _REGROUP), "reduce_sum")
+    summed = _made_by(program, program.behind(divide.args[0], CASTS + _REGROUP)[0], "reduce_sum")
     if summed is None or tuple(summed.params["axes"]) != (len(t.shape) - 1,):
         return None
-    square = _peel(program, summed.args[0])
+    square = program.behind(summed.args[0])[0]
     op = program.producer(square) if isinstance(square, Value) else None
     if op is None or not (op.prim == "square" or (op.prim == "integer_pow" and op.params.get("y") == 2)
                           or (op.prim == "mul" and op.args[0] == op.args[1])):
         return None
-    if _peel(program, op.args[0]).id != t.id:  # type: ignore[union-attr]
+    if program.behind(op.args[0])[0].id != t.id:  # type: ignore[union-attr]
         return None
     return eps, scale
 
@@ -166,7 +154,7 @@ def recognise_triangle(program: Program, output: Value) -> Triangle | None:
         if (found := _matmul(program, factor)) is not None:
             values.append(found)
         elif (gate := _made_by(program, factor, "logistic")) is not None \
-                and (found := _matmul(program, gate.args[0])) is not None and _input(program, found[0]) == x:
+                and (found := _matmul(program, gate.args[0])) is not None and program.input_index(found[0]) == x:
             gates.append(found)
         else:
             return None
