@@ -139,6 +139,14 @@ def test_yaml_with_a_bad_atol(tmp_path, value, shown):
     assert shown in message
 
 
+def test_yaml_tolerances_written_without_a_dot(tmp_path):
+    # PyYAML (YAML 1.1) reads `1e-2` as the string '1e-2'; it is the number people mean.
+    task = load_task(_task_dir(tmp_path, meta=META.replace("atol: 1.0e-5", "atol: 1e-2")))
+    assert task.atol == (1e-2,)
+    message = _error(_task_dir(tmp_path, name="two", meta=META.replace("atol: 1.0e-5", "atol: [1e-2, 1e-x]")))
+    assert "'1e-x'" in message
+
+
 def test_invalid_yaml(tmp_path):
     message = _error(_task_dir(tmp_path, meta="atol: [1.0\nrtol: 1\n"))
     assert "not valid YAML" in message

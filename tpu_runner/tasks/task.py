@@ -68,12 +68,23 @@ class Task:
         return self.atol[pick[0]], self.rtol[pick[1]]
 
 
+def _yaml_number(value: Any) -> Any:
+    """A number YAML 1.1 reads as text: `1e-2` (no dot, as people write it) is the string '1e-2' to PyYAML."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
 def _tolerances(raw: Any, name: str, where: Path) -> tuple[float, ...]:
     values = raw if isinstance(raw, list) else [raw]
     if not values:
         raise TaskError(f"{where}: '{name}' is an empty list; give a number or one per configuration")
     out: list[float] = []
     for value in values:
+        value = _yaml_number(value)
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
             raise TaskError(f"{where}: '{name}' must be a non-negative number (or a list of them), got {value!r}")
         out.append(float(value))
