@@ -3,6 +3,7 @@ checked shapes is compared with the timed one's."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -67,3 +68,19 @@ def test_a_nan_constant_is_the_same_constant_at_the_checked_and_the_timed_shapes
     assert differences(form(float("nan"), 128), form(float("nan"), 4096)) == []
     assert differences(form(0.5, 128), form(0.25, 4096)) == [
         "a constant differs: 0.5 at the checked shapes, 0.25 at the timed shapes"]
+
+
+def test_a_loop_unrolled_by_its_trip_count_is_the_same_program_at_both_shapes() -> None:
+    """The convolution kernels unroll their chunk loop by min(chunks, 8): at the checked shapes fewer chunks give
+    another unroll factor, and the same body. That is the program timed; a body that differs is not."""
+    from jax import lax
+
+    def form(n: int, body: Callable[[jax.Array], jax.Array] = lambda row: row) -> ProgramForm:
+        def f(x: jax.Array) -> jax.Array:
+            chunks = x.shape[0] // 8
+            return lax.fori_loop(0, chunks, lambda i, acc: acc + body(x[i]), jnp.zeros(x.shape[1:]),
+                                 unroll=min(chunks, 8))
+        return program_form(jax.make_jaxpr(f)(jnp.zeros((n, 128), jnp.float32)))
+
+    assert differences(form(16), form(1024)) == []
+    assert differences(form(16), form(1024, body=jnp.exp)) != []

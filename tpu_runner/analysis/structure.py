@@ -6,7 +6,7 @@ bodies - with sizes abstracted, an honest kernel has the same form at both shape
 the input's size (a cheaper body, another kernel, work skipped in the surrounding XLA code) does not.
 
 Abstracted: array sizes, integer literals and the integer parameters that carry sizes (reshape sizes, slice
-bounds, iota shapes, grid extents, block sizes, scan lengths). Kept: everything else, including axes,
+bounds, iota shapes, grid extents, block sizes, scan lengths and unroll factors). Kept: everything else, including axes,
 dimension numbers and dtypes. Float literals are kept too, except where both are derived from the sizes
 (`1/n` of a mean, `1/sqrt(d)` of attention), since those legitimately change with the shape.
 """
@@ -28,6 +28,7 @@ SIZE_PARAMS = frozenset({
     "operand_shape", "indices", "window_dimensions", "window_strides", "padding", "base_dilation",
     "window_dilation", "lhs_dilation", "rhs_dilation", "feature_group_count", "batch_group_count", "strides",
     "sharding",
+    "unroll",  # a loop's unroll factor (the body is the same; kernels unroll by their trip count, which scales)
 })
 # Parameters that change nothing the kernel computes, or that the candidate only claims.
 IGNORED_PARAMS = frozenset({"cost_estimate", "debug", "debug_info", "metadata", "interpret", "name_and_src_info",
