@@ -155,7 +155,9 @@ def computation({args}):
 
 # -- matmul + epilogue ------------------------------------------------------------------------------------------
 def matmul_space(spec: Matmul) -> dict[str, tuple[Any, ...]]:
-    space: dict[str, tuple[Any, ...]] = {"BLOCK_M": up_to((64, 128, 256, 512, 1024, 2048, 4096), spec.m)}
+    # A transposed left operand's rows are its lanes: blocks of them are whole lane tiles.
+    rows = (128, 256, 512, 1024, 2048, 4096) if spec.lhs_transposed else (64, 128, 256, 512, 1024, 2048, 4096)
+    space: dict[str, tuple[Any, ...]] = {"BLOCK_M": up_to(rows, spec.m)}
     if not spec.reduces:
         space["BLOCK_N"] = up_to((128, 256, 512, 1024, 2048, 4096), spec.n)
     space["BLOCK_K"] = up_to((128, 256, 512, 1024, 2048), spec.k)
@@ -206,10 +208,14 @@ def matmul_source(spec: Matmul, params: dict[str, Any]) -> str:
     g = "bb, " if spec.batched else ""
     kk_axis = 3 if spec.batched else 2
     buffered = "pipeline_mode=pl.Buffered(BUFFERS)"
-    lhs_spec = f"pl.BlockSpec(({b}bm, bk), lambda {g}i, j, kk: ({g}i, kk), {buffered})"
+    lhs_spec = (f"pl.BlockSpec((bk, bm), lambda i, j, kk: (kk, i), {buffered})" if spec.lhs_transposed
+                else f"pl.BlockSpec(({b}bm, bk), lambda {g}i, j, kk: ({g}i, kk), {buffered})")
     rhs_spec = (f"pl.BlockSpec(({b}bn, bk), lambda {g}i, j, kk: ({g}j, kk), {buffered})" if spec.rhs_transposed
                 else f"pl.BlockSpec(({b}bk, bn), lambda {g}i, j, kk: ({g}kk, j), {buffered})")
-    dims = "(((1,), (1,)), ((), ()))" if spec.rhs_transposed else "(((1,), (0,)), ((), ()))"
+    # The contraction: lhs's last axis, or its first when it is stored (K, M); rhs's first, or last when (N, K).
+    dims = f"((({0 if spec.lhs_transposed else 1},), ({1 if spec.rhs_transposed else 0},)), ((), ()))"
+    lhs_rows, row_align = ("lhs_ref[:, rows]", 128) if spec.lhs_transposed \
+        else ("lhs_ref[rows, :]", _align(spec.lhs.value.dtype))
     lead = "bsz, " if spec.batched else ""
     shaped = {FULL: f"a{{i}}.reshape({lead}m, n)", ROW: f"a{{i}}.reshape({lead}m, 1)", COL: "a{i}.reshape(1, n)",
               SCALAR: "jnp.reshape(a{i}, (1, 1))"}
@@ -256,16 +262,20 @@ def matmul_source(spec: Matmul, params: dict[str, Any]) -> str:
         out_rows = "bsz, m_p"
         crop = f"out[:, :m, :{'1' if row_out else 'n'}]"
     else:
-        setup = (f"    k = a{lhs_i}.shape[-1]\n    n = a{rhs_i}.shape[{0 if spec.rhs_transposed else 1}]\n"
-                 f"    lhs = a{lhs_i}.reshape(-1, k)\n    m = lhs.shape[0]\n")
-        lhs_pad = "_padded(_padded(lhs, 0, m_p), 1, k_p)"
+        n_line = f"    n = a{rhs_i}.shape[{0 if spec.rhs_transposed else 1}]\n"
+        if spec.lhs_transposed:  # (K, M) as stored
+            setup = f"    k, m = a{lhs_i}.shape\n{n_line}    lhs = a{lhs_i}\n"
+            lhs_pad = "_padded(_padded(lhs, 0, k_p), 1, m_p)"
+        else:
+            setup = f"    k = a{lhs_i}.shape[-1]\n{n_line}    lhs = a{lhs_i}.reshape(-1, k)\n    m = lhs.shape[0]\n"
+            lhs_pad = "_padded(_padded(lhs, 0, m_p), 1, k_p)"
         rhs_pad = (f"_padded(_padded(a{rhs_i}, 0, n_p), 1, k_p)" if spec.rhs_transposed
                    else f"_padded(_padded(a{rhs_i}, 0, k_p), 1, n_p)")
         out_rows = "m_p"
         crop = f"out[:m, :{'1' if row_out else 'n'}]"
     kept = len(spec.output.shape) - (len(spec.main) - 1)  # sum(..., keepdims=True): the row axis stays, as 1
-    final = (f"a{lhs_i}.shape[:-1]" + (f" + (1,) * {kept}" if kept > 0 else "")) if row_out \
-        else f"a{lhs_i}.shape[:-1] + (n,)"
+    rows_shape = "(m,)" if spec.lhs_transposed else f"a{lhs_i}.shape[:-1]"
+    final = (rows_shape + (f" + (1,) * {kept}" if kept > 0 else "")) if row_out else f"{rows_shape} + (n,)"
     ops_per_element, transcendental = _flops(spec.epilogue)
     batch = "bsz * " if spec.batched else ""
     unpack = f"        {', '.join(extra)}, = refs[:-2]\n" if extra else ""
@@ -287,8 +297,8 @@ def _kernel(lhs_ref, rhs_ref, *refs, sub):
     # `sub` rows at a time, so the f32 product of a large tile never needs a tile-sized temporary.
     # The MXU accumulates in f32; a bf16 accumulator (ACC_DTYPE) rounds the running sum at every K step.
     def _accumulate(c, carry):
-        rows = pl.ds(pl.multiple_of(c * sub, {_align(spec.lhs.value.dtype)}), sub)
-        acc_ref[rows, :] += lax.dot_general(lhs_ref[rows, :]{cast}, rhs_ref[...]{cast}, {dims},
+        rows = pl.ds(pl.multiple_of(c * sub, {row_align}), sub)
+        acc_ref[rows, :] += lax.dot_general({lhs_rows}{cast}, rhs_ref[...]{cast}, {dims},
                                             precision={precision},
                                             preferred_element_type=jnp.float32).astype(acc_ref.dtype)
         return carry
@@ -311,7 +321,7 @@ def _kernel(lhs_ref, rhs_ref, *refs, sub):
 
 
 def computation({args}):
-{setup}    bm = _block(m, BLOCK_M, {_align(spec.lhs.value.dtype)})
+{setup}    bm = _block(m, BLOCK_M, {row_align})
     bn = {n_choice}
     bk = _block(k, BLOCK_K, 128)
     m_p, n_p, k_p = _round_up(m, bm), _round_up(n, bn), _round_up(k, bk)

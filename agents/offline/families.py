@@ -99,6 +99,7 @@ class Matmul:
     n_static: int
     tail: tuple[Op, ...] = ()  # after `output`, as XLA ops on whole arrays (agents.offline.tail)
     inputs: tuple[Value, ...] = ()  # the reference's inputs, which the tail may read
+    lhs_transposed: bool = False  # lhs is (K, M): `a.T @ b`, read as it is stored
 
     family = "matmul"
 
@@ -189,17 +190,21 @@ def _source_input(program: Program, arg: object, *, transposable: bool = False
 
 
 def _matmul(program: Program, dot: Op, output: Value) -> Matmul:
-    lhs_v, _, _ = _source_input(program, dot.args[0])
+    lhs_v, lhs_permutation, lhs_transpose = _source_input(program, dot.args[0], transposable=True)
     rhs_v, permutation, transpose = _source_input(program, dot.args[1], transposable=True)
     (lc, rc), (lb, rb) = dot.params["dimension_numbers"]
     lc, rc, lb, rb = tuple(lc), tuple(rc), tuple(lb), tuple(rb)
     if permutation is not None:  # the dot's axes of the transposed weight, as axes of the weight itself
         rc, rb = tuple(permutation[a] for a in rc), tuple(permutation[a] for a in rb)
+    if lhs_permutation is not None:  # likewise for a transposed left operand (`a.T @ b`)
+        lc, lb = tuple(lhs_permutation[a] for a in lc), tuple(lhs_permutation[a] for a in lb)
     batched = bool(lb)
     if batched and not (lb == (0,) and rb == (0,) and len(lhs_v.shape) == 3 and len(rhs_v.shape) == 3):
         raise NotRecognised("a batched matmul whose batch axis is not the leading one of 3-D operands")
     rank_l, rank_r = len(lhs_v.shape), len(rhs_v.shape)
-    if lc != (rank_l - 1,) or (not batched and rank_r != 2):
+    # A 2-D left operand contracted over its first axis is read as stored, (K, M), and multiplied transposed.
+    lhs_transposed = not batched and rank_l == 2 and lc == (0,)
+    if (lc != (rank_l - 1,) and not lhs_transposed) or (not batched and rank_r != 2):
         raise NotRecognised("a matmul that does not contract the last axis of its left operand with a 2-D weight")
     first, second = (1, 2) if batched else (0, 1)
     if rc == (first,):
@@ -208,12 +213,12 @@ def _matmul(program: Program, dot: Op, output: Value) -> Matmul:
         transposed = True
     else:
         raise NotRecognised("a matmul contracting an unexpected axis of its right operand")
-    k = lhs_v.shape[-1]
+    k = lhs_v.shape[0] if lhs_transposed else lhs_v.shape[-1]
     n = rhs_v.shape[second] if not transposed else rhs_v.shape[first]
-    m = lhs_v.shape[1] if batched else lhs_v.size // k
+    m = lhs_v.shape[1] if batched or lhs_transposed else lhs_v.size // k
     main = dot.out.shape
     dot_index = program.ops.index(dot)
-    before = [op for op in program.ops[:dot_index] if op is not transpose]
+    before = [op for op in program.ops[:dot_index] if op is not transpose and op is not lhs_transpose]
     if any(op.prim != "convert_element_type" for op in before):
         raise NotRecognised(f"the reference computes {before[0].prim} before its matmul (a prologue)")
     epilogue = program.ops[dot_index + 1:]
@@ -222,7 +227,7 @@ def _matmul(program: Program, dot: Op, output: Value) -> Matmul:
     inputs_of_dot = {lhs_v.id, rhs_v.id}
     skip = {v.id for v in program.inputs
             if v.id in inputs_of_dot and all(u.prim in ("dot_general", "convert_element_type") or u is transpose
-                                             for u in program.users(v))}
+                                             or u is lhs_transpose for u in program.users(v))}
     precision = dot.params.get("precision") or ()
     highest = any("HIGHEST" in str(p) for p in (precision if isinstance(precision, tuple) else (precision,)))
     lhs = Operand(program.inputs.index(lhs_v), "lhs", lhs_v)
@@ -245,7 +250,8 @@ def _matmul(program: Program, dot: Op, output: Value) -> Matmul:
         return Matmul(main=main, lhs=lhs, rhs=rhs, rhs_transposed=transposed, batched=batched, m=m, k=k, n=n,
                       highest=highest, dot_out=dot.out, operands=operands, epilogue=tuple(ops), output=written,
                       out_kind=out_kind, reduces=has_row_reduction(ops, main), n_inputs=len(program.inputs),
-                      n_static=len(program.static), tail=tuple(tail), inputs=tuple(program.inputs))
+                      n_static=len(program.static), tail=tuple(tail), inputs=tuple(program.inputs),
+                      lhs_transposed=lhs_transposed)
 
     try:
         return build(list(epilogue), output, [])

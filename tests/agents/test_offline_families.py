@@ -1,8 +1,9 @@
 """The offline brain's families that had no task of their own, each on one written here: a matmul followed by a group
 norm (group sums as exact 0/1 matmuls), by an average pool over groups of columns, by a batch norm over its rows
 (work no block holds, left to XLA as a tail), an f32 Linear written `x @ w.T` with a ReLU, a sum and a log-sum-exp
-over the batch, a gated (SwiGLU) MLP whose later matmuls are XLA's, and the linear recurrence scan. Each gets an
-ok kernel from the real evaluator on libtpu, checked on shapes that span several blocks."""
+over the batch, a gated (SwiGLU) MLP whose later matmuls are XLA's, the linear recurrence scan, and `a.T @ w.T`
+read as stored. Each gets an ok kernel from the real evaluator on libtpu, checked on shapes that span several
+blocks."""
 
 from __future__ import annotations
 
@@ -119,6 +120,22 @@ def get_inputs():
     return [a, jax.random.normal(k[1], (8, 512, 256), jnp.float32)], []
 '''
 
+# KernelBench's "matmul with transposed A and B" with an epilogue: both operands read as stored, (K, M) and (N, K).
+TRANSPOSED_OPERANDS = '''import jax
+import jax.numpy as jnp
+
+
+def computation(a, w, b):
+    return jax.nn.relu(a.T @ w.T + b)
+
+
+def get_inputs():
+    k = jax.random.split(jax.random.PRNGKey(7), 3)
+    a = jax.random.normal(k[0], (256, 512), jnp.bfloat16)
+    w = (jax.random.normal(k[1], (1024, 256)) / 16.0).astype(jnp.bfloat16)
+    return [a, w, (0.1 * jax.random.normal(k[2], (1024,))).astype(jnp.bfloat16)], []
+'''
+
 CASES = {  # name: (reference, family, what its description says)
     "gemm_group_norm_swish": (GEMM_GROUP_NORM_SWISH, "matmul", "epilogue"),
     "gemm_avg_pool_max": (GEMM_AVG_POOL_MAX, "matmul", "epilogue with row reductions"),
@@ -126,6 +143,7 @@ CASES = {  # name: (reference, family, what its description says)
     "linear_relu_sum_logsumexp": (LINEAR_RELU_SUM_LOGSUMEXP, "matmul", "epilogue with row reductions"),
     "swiglu_mlp": (SWIGLU_MLP, "matmul", "then XLA's 2 later matmuls"),
     "linear_recurrence": (LINEAR_RECURRENCE, "scan", "linear recurrence"),
+    "transposed_operands": (TRANSPOSED_OPERANDS, "matmul", "epilogue"),
 }
 
 
@@ -140,8 +158,9 @@ def test_each_family_without_a_suite_task_gets_an_ok_kernel(tmp_path: Path, sett
     for spec, (_, _, said) in zip(specs, CASES.values(), strict=True):
         assert said in spec.describe()
     # The batch norm's statistics over rows are the tail, the rest of it stays in the kernel; nothing else has one.
-    assert [bool(getattr(s, "tail", ())) for s in specs] == [False, False, True, True, True, False]
+    assert [bool(getattr(s, "tail", ())) for s in specs] == [False, False, True, True, True, False, False]
     assert specs[3].rhs_transposed and specs[3].n == 1024  # the weight read as it is stored, (out, in)
+    assert specs[6].lhs_transposed and specs[6].rhs_transposed and (specs[6].m, specs[6].k) == (512, 256)
     assert not any(op.prim == "dot_general" for op in specs[2].tail)
     assert sum(op.prim == "dot_general" for op in specs[4].tail) == 2  # the kernel writes silu(x @ w_gate)
     requests, sources = [], []
@@ -151,7 +170,7 @@ def test_each_family_without_a_suite_task_gets_an_ok_kernel(tmp_path: Path, sett
         sources.append(kernel.read_text())
         requests.append(EvalRequest(task.path, kernel, "v6e"))
     # Group statistics and the pool's window sums are computed in the kernel as exact 0/1 matmuls over the groups.
-    assert ["_seg_sum(" in code for code in sources] == [True, True, False, False, False, False]
+    assert ["_seg_sum(" in code for code in sources] == [True, True, False, False, False, False, False]
     results = evaluate_many(requests, verdict_settings)
     messages = [getattr(r, "message", repr(r)) for r in results]
     assert [getattr(r, "verdict", None) for r in results] == ["ok"] * len(CASES), messages
