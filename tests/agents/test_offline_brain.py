@@ -216,6 +216,24 @@ def test_a_row_reduction_that_keeps_its_dimension_gets_the_reference_s_shape(tmp
     assert getattr(result, "verdict", None) == "ok", getattr(result, "message", result)
 
 
+def test_a_suffix_sum_written_with_flips_is_the_reverse_scan(tmp_path: Path, settings: Settings) -> None:
+    """flip(cumsum(flip(x))), as KernelBench's reverse cumsum ports: the scan kernel run backwards, not a refusal of
+    the flips; scaled after, so the work around it still fuses."""
+    task_dir = tmp_path / "reverse_cumsum"
+    task_dir.mkdir()
+    (task_dir / "reference.py").write_text(
+        "import jax\nimport jax.numpy as jnp\n\n\ndef computation(x):\n"
+        "    return 0.5 * jnp.flip(jnp.cumsum(jnp.flip(x, 1), axis=1), 1)\n\n\ndef get_inputs():\n"
+        "    return [jax.random.normal(jax.random.key(0), (64, 1024), jnp.float32)], []\n")
+    (task_dir / "kernel_task.yaml").write_text("task_id: reverse_cumsum\natol: 1e-3\nrtol: 1e-3\n")
+    task = load_task(task_dir)
+    spec = _analyse(task, settings)
+    assert spec.family == "scan" and spec.reverse and "reverse prefix sum" in spec.describe()
+    (result,) = evaluate_many([EvalRequest(task.path, _write(tmp_path, "rc", source(spec, choose(spec, V6E)[0])),
+                                           "v6e")], settings)
+    assert getattr(result, "verdict", None) == "ok", getattr(result, "message", result)
+
+
 # --- the self-debugger on a scoped-VMEM overflow ----------------------------------------------------------------
 
 OOM = ("RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom: Ran out of memory in memory space vmem while allocating "

@@ -31,8 +31,17 @@ def _cumsum(program: Program, output: Value) -> Cumsum:
                             "writes floating-point scans")
     shape = scan.out.shape
     axis = int(scan.params["axis"])
+    reverse = bool(scan.params.get("reverse", False))
+    skipped: set[int] = set()
+    scan_out = scan.out
+    flipped = _flips(program, scan, axis)
+    if flipped is not None:  # flip(cumsum(flip(x))): the suffix sum, a cumsum the other way
+        before, after = flipped
+        source, scan_out, reverse = before.args[0], after.out, not reverse
+        skipped = {id(before), id(after)}
     where = scan_index = program.ops.index(scan)
-    pre, post = tuple(program.ops[:where]), tuple(program.ops[scan_index + 1:])
+    pre = tuple(op for op in program.ops[:where] if id(op) not in skipped)
+    post = tuple(op for op in program.ops[scan_index + 1:] if id(op) not in skipped)
     operands: list[tuple[int, Value, str]] = []
     for i, value in enumerate(program.inputs):
         if not program.users(value):
@@ -45,11 +54,27 @@ def _cumsum(program: Program, output: Value) -> Cumsum:
         operands.append((i, value, kind))
     if not any(kind == FULL for _, _, kind in operands):
         raise NotRecognised("no input of the prefix sum's shape")
-    spec = Cumsum(shape=shape, axis=axis, reverse=bool(scan.params.get("reverse", False)), operands=tuple(operands),
-                  pre=pre, scan_in=source, scan_out=scan.out, post=post, output=output,
+    spec = Cumsum(shape=shape, axis=axis, reverse=reverse, operands=tuple(operands),
+                  pre=pre, scan_in=source, scan_out=scan_out, post=post, output=output,
                   n_inputs=len(program.inputs), n_static=len(program.static))
     _check_elementwise(spec)
     return spec
+
+
+def _flips(program: Program, scan: Op, axis: int) -> tuple[Op, Op] | None:
+    """The flips (`rev` along the scan's axis) right before and right after the prefix sum, each the other's only
+    neighbour, or None."""
+    def is_flip(op: Op | None) -> bool:
+        return op is not None and op.prim == "rev" and tuple(op.params.get("dimensions", ())) == (axis,)
+
+    source = scan.args[0]
+    before = program.producer(source) if isinstance(source, Value) else None
+    users = program.users(scan.out)
+    after = users[0] if len(users) == 1 else None
+    if not (is_flip(before) and is_flip(after)) or len(program.users(source)) != 1:
+        return None
+    assert before is not None and after is not None
+    return before, after
 
 
 def _check_elementwise(spec: Cumsum) -> None:
