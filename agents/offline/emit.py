@@ -85,7 +85,10 @@ def up_to(values: tuple[int, ...], dim: int) -> tuple[int, ...]:
 
 def rowwise_space(spec: Rowwise) -> dict[str, tuple[Any, ...]]:
     rows = math.prod(spec.main[:-1]) if len(spec.main) > 1 else 1
-    space: dict[str, tuple[Any, ...]] = {"BLOCK_ROWS": up_to((8, 16, 32, 64, 128, 256, 512, 1024, 2048), rows)}
+    blocks = (8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+    if spec.moved_axis is not None:  # rows are the positions after the axis: blocks of them are whole lane tiles
+        rows, blocks = math.prod(spec.main[spec.moved_axis:-1]), (128, 256, 512, 1024, 2048)
+    space: dict[str, tuple[Any, ...]] = {"BLOCK_ROWS": up_to(blocks, rows)}
     if not spec.reduces:
         space["BLOCK_COLS"] = up_to((128, 256, 512, 1024, 2048, 4096, 8192), spec.main[-1] if spec.main else 1)
     space["VMEM_LIMIT_BYTES"] = tuple(m * 2**20 for m in (16, 32, 64, 100))
@@ -94,6 +97,8 @@ def rowwise_space(spec: Rowwise) -> dict[str, tuple[Any, ...]]:
 
 
 def rowwise_source(spec: Rowwise, params: dict[str, Any]) -> str:
+    if spec.moved_axis is not None:
+        return _moved_rowwise_source(spec, params)
     names = [f"x{o.index}_ref" for o in spec.operands]
     full = next(o for o in spec.operands if o.kind == FULL)
     code = BlockCode(main=spec.main, names={}, kinds={}, lines=[], cols=f"x{full.index}_ref.shape[-1]", typed=True)
@@ -150,6 +155,85 @@ def computation({args}):
             + rows * {out_cols.replace("cols_p", "cols")} * {itemsize(spec.output.dtype)}),
     )({", ".join(f"x{o.index}" for o in spec.operands)})
     return out[:rows, :{"cols" if spec.out_kind == FULL else "1"}].reshape({reshape_back})
+''')
+
+
+_MOVED_HELPERS = '''
+
+def _rows(ref):
+    """A (row length, positions) block of the reference's layout as rows: (positions, row length), in f32."""
+    return ref[...].astype(jnp.float32).T
+
+
+def _per_row(ref):
+    """A (1, positions) block of per-row values as a column: (positions, 1)."""
+    return jnp.broadcast_to(ref[...].astype(jnp.float32), (128, ref.shape[-1])).T[:, 0:1]
+
+
+def _per_column(ref):
+    """A (row length, 1) block of per-column values as a row: (1, row length)."""
+    return jnp.broadcast_to(ref[...].astype(jnp.float32), (ref.shape[0], 128)).T[0:1, :]
+'''
+
+
+def _moved_rowwise_source(spec: Rowwise, params: dict[str, Any]) -> str:
+    """The row-wise kernel for rows along axis `spec.moved_axis` of the reference's layout, viewed (before, row,
+    after): a block is (row, a run of positions after it), transposed in VMEM into rows and back."""
+    axis = spec.moved_axis
+    names = [f"x{o.index}_ref" for o in spec.operands]
+    full = next(o for o in spec.operands if o.kind == FULL)
+    code = BlockCode(main=spec.main, names={}, kinds={}, lines=[], cols=f"x{full.index}_ref.shape[0]", typed=True)
+    loads = {FULL: "_rows({ref})", ROW: "_per_row({ref})", COL: "_per_column({ref})", SCALAR: "{ref}[...]"}
+    for operand, ref in zip(spec.operands, names, strict=True):
+        loaded = loads[operand.kind].format(ref=ref)
+        code.bind(operand.value, as_typed(loaded, "float32") if operand.kind != SCALAR else _load(operand, ref),
+                  operand.kind)
+    for op in spec.ops:
+        code.emit(op)
+    result = code.ref(spec.output)
+    ops_per_element, transcendental = _flops(spec.ops)
+    row_out = spec.out_kind == ROW
+    store = ("jnp.broadcast_to({r}.astype(jnp.float32), (o_ref.shape[-1], 128)).T[0:1, :]" if row_out
+             else "jnp.broadcast_to({r}, o_ref.shape[::-1]).astype(jnp.float32).T").format(r=result)
+    shaped = {FULL: "_padded(a{i}.reshape(p, r, q), 2, q_p)", ROW: "_padded(a{i}.reshape(p, 1, q), 2, q_p)",
+              COL: "a{i}.reshape(r, 1)", SCALAR: "jnp.reshape(a{i}, (1, 1))"}
+    specs = {FULL: "pl.BlockSpec((None, r, bq), lambda i, j: (i, 0, j))",
+             ROW: "pl.BlockSpec((None, 1, bq), lambda i, j: (i, 0, j))",
+             COL: "pl.BlockSpec((r, 1), lambda i, j: (0, 0))", SCALAR: "pl.BlockSpec((1, 1), lambda i, j: (0, 0))"}
+    prepared = "\n".join(f"    x{o.index} = {shaped[o.kind].format(i=o.index)}" for o in spec.operands)
+    keeps_dims = len(spec.output.shape) == len(spec.main)
+    final = "main" if not row_out else f"main[:{axis}] + (1,) + main[{axis + 1}:]" if keeps_dims \
+        else f"main[:{axis}] + main[{axis + 1}:]"
+    space = rowwise_space(spec)
+    helpers = source_helpers() + to_helper() + (segment_helpers() if code.segments else "") + _MOVED_HELPERS
+    header = _header("a row-wise kernel", spec).replace("import jax\n", "import math\n\nimport jax\n", 1)
+    return (header + _tunable(space, params) + "\n" + helpers + f'''
+
+def _kernel({", ".join(names)}, o_ref):
+{_body(code, "    ")}
+    o_ref[...] = {store}.astype(o_ref.dtype)
+
+
+def computation({", ".join(_signature(spec.n_inputs, spec.n_static))}):
+    main = a{full.index}.shape
+    p, r, q = math.prod(main[:{axis}]), main[{axis}], math.prod(main[{axis + 1}:])
+    bq = _block(q, BLOCK_ROWS, 128)  # positions per block: the rows of the transposed block, whole lane tiles
+    q_p = _round_up(q, bq)
+{prepared}
+    out = pl.pallas_call(
+        _kernel,
+        grid=(p, q_p // bq),
+        in_specs=[{", ".join(specs[o.kind] for o in spec.operands)}],
+        out_specs=pl.BlockSpec((None, {"1" if row_out else "r"}, bq), lambda i, j: (i, 0, j)),
+        out_shape=jax.ShapeDtypeStruct((p, {"1" if row_out else "r"}, q_p), jnp.{spec.output.dtype}),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel"),
+                                             vmem_limit_bytes=VMEM_LIMIT_BYTES),
+        cost_estimate=pl.CostEstimate(
+            flops={ops_per_element} * p * r * q, transcendentals={transcendental} * p * r * q,
+            bytes_accessed={" + ".join(f"x{o.index}.size * x{o.index}.dtype.itemsize" for o in spec.operands)}
+            + p * {"1" if row_out else "r"} * q * {itemsize(spec.output.dtype)}),
+    )({", ".join(f"x{o.index}" for o in spec.operands)})
+    return out[:, :, :q].reshape({final})
 ''')
 
 
