@@ -14,6 +14,7 @@ from agents.brains import BrainUnavailable, make_brain
 from agents.offline.brain import analyse, offline_brain, parse_redirect
 from agents.offline.emit import source
 from agents.offline.expr import NotRecognised
+from agents.offline.families import Spec
 from agents.offline.params import choose, raised_vmem_limit
 from agents.offline.reading import read_task, read_tasks
 from agents.plan_parameters import plan_parameters, without_parameters
@@ -21,11 +22,12 @@ from agents.task_context import task_context
 from storage.settings import Settings
 from tests.conftest import TASKS
 from tests.support.epilogue_tasks import EPILOGUE, chain_task
+from tests.support.reference_tasks import reference_task
 from tpu_runner.candidate import SparePool
 from tpu_runner.evaluation import EvalRequest, evaluate_many
 from tpu_runner.evaluation.evaluate import evaluate
 from tpu_runner.hardware import get_chip
-from tpu_runner.tasks import load_task
+from tpu_runner.tasks import Task, load_task
 
 V6E = get_chip("v6e")
 RECOGNISED = ["fused_elementwise", "softmax", "layer_norm", "rms_norm", "matmul_bf16", "matmul_bias_gelu",
@@ -199,38 +201,36 @@ def test_the_epilogue_fusion_and_accumulation_are_parameters_a_person_can_redire
     assert "GFLOP" in plan.sections["analysis"] and "compute-bound" in plan.sections["analysis"]
 
 
+def _one_input_task(tmp: Path, name: str, expression: str, shape: tuple[int, int]) -> Task:
+    """A task computing `expression` of one f32 input x of `shape`."""
+    return reference_task(tmp, name, "import jax\nimport jax.numpy as jnp\n\n\ndef computation(x):\n"
+                          f"    return {expression}\n\n\ndef get_inputs():\n"
+                          f"    return [jax.random.normal(jax.random.key(0), {shape}, jnp.float32)], []\n",
+                          description=name.replace("_", " "), atol=1e-3, rtol=1e-3)
+
+
+def _first_kernel_result(tmp: Path, task: Task, spec: Spec, settings: Settings) -> object:
+    kernel = _write(tmp, task.task_id, source(spec, choose(spec, V6E)[0]))
+    (result,) = evaluate_many([EvalRequest(task.path, kernel, "v6e")], settings)
+    return result
+
+
 def test_a_row_reduction_that_keeps_its_dimension_gets_the_reference_s_shape(tmp_path: Path, settings: Settings
                                                                              ) -> None:
     """sum(..., keepdims=True), as torch.sum(x, dim=-1, keepdim=True) ports: one value per row, still 2-D."""
-    task_dir = tmp_path / "keepdims_sum"
-    task_dir.mkdir()
-    (task_dir / "reference.py").write_text(
-        "import jax\nimport jax.numpy as jnp\n\n\ndef computation(x):\n"
-        "    return jnp.sum(jnp.exp(x), axis=-1, keepdims=True)\n\n\ndef get_inputs():\n"
-        "    return [jax.random.normal(jax.random.key(0), (256, 512), jnp.float32)], []\n")
-    (task_dir / "kernel_task.yaml").write_text("task_id: keepdims_sum\natol: 0.001\nrtol: 0.001\n")
-    task = load_task(task_dir)
-    spec = _analyse(task, settings)
-    (result,) = evaluate_many([EvalRequest(task.path, _write(tmp_path, "kd", source(spec, choose(spec, V6E)[0])),
-                                           "v6e")], settings)
+    task = _one_input_task(tmp_path, "keepdims_sum", "jnp.sum(jnp.exp(x), axis=-1, keepdims=True)", (256, 512))
+    result = _first_kernel_result(tmp_path, task, _analyse(task, settings), settings)
     assert getattr(result, "verdict", None) == "ok", getattr(result, "message", result)
 
 
 def test_a_suffix_sum_written_with_flips_is_the_reverse_scan(tmp_path: Path, settings: Settings) -> None:
     """flip(cumsum(flip(x))), as KernelBench's reverse cumsum ports: the scan kernel run backwards, not a refusal of
     the flips; scaled after, so the work around it still fuses."""
-    task_dir = tmp_path / "reverse_cumsum"
-    task_dir.mkdir()
-    (task_dir / "reference.py").write_text(
-        "import jax\nimport jax.numpy as jnp\n\n\ndef computation(x):\n"
-        "    return 0.5 * jnp.flip(jnp.cumsum(jnp.flip(x, 1), axis=1), 1)\n\n\ndef get_inputs():\n"
-        "    return [jax.random.normal(jax.random.key(0), (64, 1024), jnp.float32)], []\n")
-    (task_dir / "kernel_task.yaml").write_text("task_id: reverse_cumsum\natol: 1e-3\nrtol: 1e-3\n")
-    task = load_task(task_dir)
+    task = _one_input_task(tmp_path, "reverse_cumsum", "0.5 * jnp.flip(jnp.cumsum(jnp.flip(x, 1), axis=1), 1)",
+                           (64, 1024))
     spec = _analyse(task, settings)
     assert spec.family == "scan" and spec.reverse and "reverse prefix sum" in spec.describe()
-    (result,) = evaluate_many([EvalRequest(task.path, _write(tmp_path, "rc", source(spec, choose(spec, V6E)[0])),
-                                           "v6e")], settings)
+    result = _first_kernel_result(tmp_path, task, spec, settings)
     assert getattr(result, "verdict", None) == "ok", getattr(result, "message", result)
 
 
