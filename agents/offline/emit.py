@@ -122,11 +122,18 @@ def rowwise_source(spec: Rowwise, params: dict[str, Any]) -> str:
                          for o in spec.operands)
     in_specs = ", ".join(specs[o.kind] for o in spec.operands)
     keeps_dims = len(spec.output.shape) == len(spec.main)  # sum(..., keepdims=True): one value per row, kept 2-D
-    reshape_back = "main" if spec.out_kind == FULL else "main[:-1] + (1,)" if keeps_dims else "main[:-1]"
+    # Rows along the last axis, or along several trailing ones merged (the same array in memory).
+    first = -1 if spec.merged_from is None else spec.merged_from
+    cols_of = "main[-1]" if spec.merged_from is None else f"math.prod(main[{first}:])"
+    kept = "(1,)" if spec.merged_from is None else f"(1,) * (len(main) - {first})"
+    reshape_back = "main" if spec.out_kind == FULL else f"main[:{first}] + {kept}" if keeps_dims else f"main[:{first}]"
     cols_choice = "cols" if spec.reduces else "_block(cols, BLOCK_COLS, 128)"
     space = rowwise_space(spec)
     helpers = source_helpers() + to_helper() + (segment_helpers() if code.segments else "")
-    return (_header("a row-wise kernel", spec) + _tunable(space, params) + "\n" + helpers + f'''
+    header = _header("a row-wise kernel", spec)
+    if spec.merged_from is not None:
+        header = header.replace("import jax\n", "import math\n\nimport jax\n", 1)
+    return (header + _tunable(space, params) + "\n" + helpers + f'''
 
 def _kernel({", ".join(names)}, o_ref):
 {_body(code, "    ")}
@@ -135,7 +142,7 @@ def _kernel({", ".join(names)}, o_ref):
 
 def computation({args}):
     main = a{full.index}.shape
-    cols = main[-1]
+    cols = {cols_of}
     rows = a{full.index}.size // cols
     br = _block(rows, BLOCK_ROWS, {_align(full.value.dtype)})
     bc = {cols_choice}

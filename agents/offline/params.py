@@ -71,15 +71,19 @@ def rowwise_params(spec: Rowwise, chip: ChipSpec) -> tuple[dict[str, Any], list[
         width = max(width, 128)
     per_row = width * 4 * max(1, sum(o.kind == "full" for o in spec.operands) + 1)
     params["BLOCK_ROWS"] = floor_in(space["BLOCK_ROWS"], max(8, BLOCK_TARGET_BYTES // per_row))
-    # Moved rows: 32 MiB holds the blocks, and at 64 a v5e compile of a softmax over 64 channels (32 MB of input)
-    # ran out of VMEM beside XLA's own temporaries.
-    params["VMEM_LIMIT_BYTES"] = DEFAULT_VMEM_LIMIT if spec.moved_axis is None else 32 * MiB
+    # Rows rewritten (moved or merged axes): 32 MiB holds the blocks, and at 64 the v5e compiles of a softmax over
+    # 64 channels (32 MB of input) and an instance norm (64 MB) ran out of VMEM beside XLA's own temporaries.
+    rewritten = spec.moved_axis is not None or spec.merged_from is not None
+    params["VMEM_LIMIT_BYTES"] = 32 * MiB if rewritten else DEFAULT_VMEM_LIMIT
     working = params["BLOCK_ROWS"] * per_row / MiB
     reasons.append(f"The task is memory-bound (about {len(spec.ops)} ops per element), so the block size is set by "
                    f"bytes: {params['BLOCK_ROWS']} rows x {width} columns is ~{working:.1f} MiB of f32 working set "
                    "per step, double-buffered well inside a "
                    f"{params['VMEM_LIMIT_BYTES'] // MiB} MiB scoped VMEM limit ({chip.vmem_bytes // MiB} MiB on "
                    f"{chip.name}).")
+    if spec.merged_from is not None:
+        reasons.append(f"The rows run along the reference's axes {spec.merged_from} to the last, merged into one: "
+                       "the same array in memory, read as stored.")
     if spec.moved_axis is not None:
         reasons.append(f"The rows run along axis {spec.moved_axis} of the reference's layout: a block is that axis by "
                        "a run of the positions after it, read as stored and transposed in VMEM into rows (and the "
