@@ -19,7 +19,6 @@ Everything else gets a NotRecognised that names what it met.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -38,7 +37,7 @@ from agents.offline.expr import (
 )
 from agents.offline.kernel_family import FamilySpec
 from agents.offline.layout import canonical_convolutions
-from agents.offline.moved_axis import reduced_axis, trailing_axes, with_axis_last, with_trailing_merged
+from agents.offline.moved_axis import rows_last
 from agents.offline.program import Op, Program, Value
 from agents.offline.tail import TAIL_PRIMS, splits, tail_inputs
 
@@ -168,15 +167,11 @@ def _rowwise(program: Program, output: Value) -> Rowwise:
     if biggest is None or len(biggest.shape) == 0:
         raise NotRecognised("the reference has no array input")
     main = biggest.shape
-    axis, first = reduced_axis(program, main), trailing_axes(program, main)
-    moved = with_axis_last(program, main, axis) if axis is not None else None
-    merged = with_trailing_merged(program, main, first) if first is not None else None
-    if moved is not None:  # reductions over another axis: the same code on the program with that axis last
-        program, output = moved, next(v for v in moved.outputs if isinstance(v, Value) and v.id == output.id)
-        main = tuple(main[d] for d in range(len(main)) if d != axis) + (main[axis],)
-    elif merged is not None:  # reductions over several trailing axes: over them merged into one
-        program, output = merged, next(v for v in merged.outputs if isinstance(v, Value) and v.id == output.id)
-        main = main[:first] + (math.prod(main[first:]),)
+    # Reductions over another axis, or over several trailing ones: the same code on the program with its rows last.
+    rows = rows_last(program, main)
+    if rows is not None:
+        program, main = rows.program, rows.main
+        output = next(v for v in program.outputs if isinstance(v, Value) and v.id == output.id)
     operands = _operands(program, main, set())
     if not any(o.kind == FULL for o in operands):
         raise NotRecognised("no input covers the whole output")
@@ -187,8 +182,8 @@ def _rowwise(program: Program, output: Value) -> Rowwise:
                             "nor one value per row")
     return Rowwise(main=main, operands=operands, ops=tuple(program.ops), output=output, out_kind=out_kind,
                    reduces=has_row_reduction(program.ops, main), n_inputs=len(program.inputs),
-                   n_static=len(program.static), moved_axis=axis if moved is not None else None,
-                   merged_from=first if merged is not None else None)
+                   n_static=len(program.static), moved_axis=rows.moved_axis if rows else None,
+                   merged_from=rows.merged_from if rows else None)
 
 
 def _source_input(program: Program, arg: object, *, transposable: bool = False
