@@ -119,6 +119,10 @@ def test_public_attention_forms_get_ok_kernels_checked_across_blocks(tmp_path: P
         kernel = tmp_path / f"{task.path.name}.py"
         kernel.write_text(source(spec, choose(spec, V6E)[0]))
         requests.append(EvalRequest(task.path, kernel, "v6e"))
+    # Chunks of 128 rows: too many on the diagonal to write out (2 heads x 8), so the masked rolled loop runs there.
+    chunked = tmp_path / "bshd_gqa_chunked.py"
+    chunked.write_text(source(gqa, {**choose(gqa, V6E)[0], "CHUNK_ROWS": 128}))
+    requests.append(EvalRequest(tasks[0].path, chunked, "v6e"))
     results = evaluate_many(requests, verdict_settings)
     for result in results:
         assert result.verdict == "ok", result.message

@@ -65,11 +65,19 @@ def test_the_paired_causal_grid_visits_each_block_on_or_below_the_diagonal(n_q: 
     assert set(seen) == {(q, k) for q in range(n_q) for k in range(q + 1)}
 
 
-def test_causal_mask_on_stacked_heads() -> None:
-    s = jnp.zeros((2 * 4, 4))  # two heads of four queries, stacked as rows
-    kept = np.asarray(attention_helpers._causal_mask(s, block_q=4, offset=0)) == 0
-    triangle = np.tril(np.ones((4, 4), bool))
-    np.testing.assert_array_equal(kept, np.concatenate([triangle, triangle]))
+def test_causal_mask_of_a_chunk_of_rows() -> None:
+    s = jnp.zeros((2, 4))  # queries 2 and 3 of a block against its four keys
+    kept = np.asarray(attention_helpers._causal_mask(s, 2)) == 0
+    np.testing.assert_array_equal(kept, np.tril(np.ones((4, 4), bool))[2:])
+
+
+def test_the_diagonal_block_is_cut_to_the_keys_each_chunk_of_rows_sees() -> None:
+    calls: list[tuple[int, int, int, bool]] = []
+    attention_helpers._diagonal_chunks(lambda *call: calls.append(call), 2, 4, 256, 1024)
+    assert calls == [(h, c * 256, (c + 1) * 256, True) for h in range(2) for c in range(4)]
+    calls.clear()  # one chunk: the whole block at once
+    attention_helpers._each_chunk(lambda *call: calls.append(call), 1, 1, 512, 512, True)
+    assert calls == [(0, 0, 512, True)]
 
 
 def test_attention_blocks() -> None:

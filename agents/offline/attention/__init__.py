@@ -13,8 +13,10 @@ and anything else that merely looks like attention is refused.
 The kernel is flash attention: a grid over (batch, head group, query block, key block), the key axis last and
 'arbitrary', a running max, sum and f32 accumulator in VMEM. Query heads that share a K/V head are processed
 together (HEADS_PER_STEP of them stacked as rows of one tile), so each K/V block is fetched once for the group; a
-(batch, seq, heads, dim) array is read in place, its heads side by side on the lanes (no transpose in HBM). When
-causal, key blocks above the diagonal are skipped and not even fetched.
+(batch, seq, heads, dim) array is read in place, its heads side by side on the lanes (no transpose in HBM). Within a
+block the scores are computed CHUNK_ROWS query rows at a time (a rolled loop), so the f32 tile the scheduler works on
+is a chunk's, not the block's. When causal, key blocks above the diagonal are skipped and not even fetched, the mask
+is applied on the diagonal blocks only, and there each chunk of rows multiplies only the keys up to its last row.
 
 Modules: `shape` (what was recognised), `recognise` (by structure), `confirm` (by numbers, in the sandboxed
 child), `params` (the TUNABLE space and the brain's choice, typed), `source` (the kernel module's text),

@@ -40,23 +40,43 @@ def _rectangle_ends(i, j, qi, kv):
     return j == pl.num_programs(3) - 1
 
 
-def _rows_from_lanes(ref, hb, d):
-    """A (block_q, hb x d) block read in place -> (hb x block_q, d): heads side by side on the lanes, as rows."""
-    if hb == 1:
-        return ref[...]
-    return jnp.concatenate([ref[:, h * d:(h + 1) * d] for h in range(hb)], axis=0)
+def _bias_tile(ref, h, r0, rows, keys):
+    """The f32 bias for query rows r0 .. r0 + rows of stacked head h against the first `keys` keys, broadcast
+    along the block's size-1 axes (a bias without heads, queries or keys)."""
+    n_h, n_q, n_k = ref.shape
+    tile = ref[h if n_h > 1 else 0, pl.ds(r0, rows) if n_q > 1 else pl.ds(0, 1), pl.ds(0, keys if n_k > 1 else 1)]
+    return jnp.broadcast_to(tile.astype(jnp.float32), (rows, keys))
 
 
-def _stacked_bias(ref, hb, block_q, block_kv):
-    """The bias tile for hb heads stacked as rows, broadcast along its size-1 axes."""
-    tile = jnp.broadcast_to(ref[...].astype(jnp.float32), (hb, block_q, block_kv))
-    return tile.reshape(hb * block_q, block_kv)
+def _each_chunk(chunk, hb, n_chunks, rows, keys, masked):
+    """chunk(h, r0, keys, masked) over the row chunks of every stacked head: a rolled loop over a head's chunks,
+    so each chunk's scores are a tile the scheduler keeps close instead of the whole block's."""
+    for h in range(hb):
+        if n_chunks == 1:
+            chunk(h, 0, keys, masked)
+            continue
+
+        def body(c, carry, h=h):
+            chunk(h, pl.multiple_of(c * rows, rows), keys, masked)
+            return carry
+
+        lax.fori_loop(0, n_chunks, body, 0)
 
 
-def _causal_mask(s, *, block_q, offset):
-    """Keys after the query masked; the rows are hb heads' block_q queries stacked, `offset` is the first query's
-    position minus the first key's."""
-    rows = lax.rem(lax.broadcasted_iota(jnp.int32, (s.shape[0], 1), 0), block_q) + offset
+def _diagonal_chunks(chunk, hb, n_chunks, rows, keys):
+    """The diagonal block of a square causal grid: chunk c of rows sees the keys up to its last row only (half
+    the block's work); written out when there are few chunks, else the masked rolled loop over all keys."""
+    if hb * n_chunks > 8:
+        _each_chunk(chunk, hb, n_chunks, rows, keys, True)
+        return
+    for h in range(hb):
+        for c in range(n_chunks):
+            chunk(h, c * rows, min(keys, (c + 1) * rows), True)
+
+
+def _causal_mask(s, offset):
+    """Keys after the query masked; `offset` is the first row's query position minus the first key's."""
+    rows = lax.broadcasted_iota(jnp.int32, (s.shape[0], 1), 0) + offset
     cols = lax.broadcasted_iota(jnp.int32, (1, s.shape[1]), 1)
     return jnp.where(rows >= cols, s, MASK_VALUE)
 

@@ -19,7 +19,8 @@ def _helpers(paired: bool) -> str:
     """The kernel's helpers before `_kernel`: the mask value, the grid's walk and the tile helpers."""
     variant = "_paired" if paired else "_rectangle"
     walk = tuple(variant + name for name in _WALKS)
-    return helper_source(_HELPERS, "MASK_VALUE", *walk, "_rows_from_lanes", "_stacked_bias", "_causal_mask",
+    chunks = ("_each_chunk", "_diagonal_chunks") if paired else ("_each_chunk",)
+    return helper_source(_HELPERS, "MASK_VALUE", *walk, "_bias_tile", *chunks, "_causal_mask",
                          rename={variant + name: name for name in _WALKS})
 
 
@@ -72,35 +73,53 @@ def _bias_spec(order: tuple[str, ...]) -> str:
     return f"pl.BlockSpec(({block}), lambda b, hh, i, j: ({index}))"
 
 
-_ONES_SUM = '''    # p @ [V | 1]: the row sums come out of the MXU beside the output.
-    vv = jnp.concatenate([v_ref[...], jnp.ones_like(v_ref[...])], axis=1)
-    pv = lax.dot_general(p{cast}, vv, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
-    l_ref[...] = alpha * l_ref[...] + pv[:, dv:dv + 1]
-    acc_ref[...] = alpha * acc_ref[...] + pv[:, :dv]
+_ONES_SUM = '''        v = v_ref[:keys, :]
+        if ROW_SUMS_ON_MXU:  # p @ [V | 1]: the row sums come out of the MXU beside the output
+            vv = jnp.concatenate([v, jnp.ones_like(v)], axis=1)
+            pv = lax.dot_general(p{cast}, vv, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+            l_ref[at, :] = alpha * l_ref[at, :] + pv[:, dv:dv + 1]
+            acc_ref[at, :] = alpha * acc_ref[at, :] + pv[:, :dv]
+        else:
+            l_ref[at, :] = alpha * l_ref[at, :] + jnp.sum(p, axis=-1, keepdims=True)
+            pv = lax.dot_general(p{cast}, v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+            acc_ref[at, :] = alpha * acc_ref[at, :] + pv
 '''
-_VPU_SUM = '''    l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=-1, keepdims=True)
-    acc_ref[...] = alpha * acc_ref[...] + lax.dot_general(p{cast}, v_ref[...], (((1,), (0,)), ((), ())),
-                                                          preferred_element_type=jnp.float32)
+_VPU_SUM = '''        l_ref[at, :] = alpha * l_ref[at, :] + jnp.sum(p, axis=-1, keepdims=True)
+        pv = lax.dot_general(p{cast}, v_ref[:keys, :], (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+        acc_ref[at, :] = alpha * acc_ref[at, :] + pv
 '''
 
 
 def _score_lines(spec: AttentionShape) -> list[str]:
-    """The kernel's lines replaying the reference's ops on the score tile `s` (a leading scale went on q)."""
+    """The kernel's lines replaying the reference's ops on a chunk's score tile `s` (a leading scale went on q)."""
     lines, leading = [], spec.folded_scale != 1.0
+    offset = "r0" if spec.square_causal else "r0 + qi * block_q - kv * block_kv"
     for op in spec.score_ops:
         if op.kind == "scale" and leading:
             continue
         leading = False
         if op.kind == "scale":
-            lines.append(f"    s = s * {op.value!r}")
+            lines.append(f"        s = s * {op.value!r}")
         elif op.kind == "bias":
-            lines.append("    s = s + _stacked_bias(bias_ref, hb, block_q, block_kv)")
-        elif spec.square_causal:  # only the diagonal block holds masked keys
-            lines.append("    s = lax.cond(kv == qi, functools.partial(_causal_mask, block_q=block_q, offset=0), "
-                         "lambda s: s, s)")
+            lines.append("        s = s + _bias_tile(bias_ref, h, r0, rows, keys)")
         else:
-            lines.append("    s = _causal_mask(s, block_q=block_q, offset=qi * block_q - kv * block_kv)")
+            lines.append(f"        s = _causal_mask(s, {offset}) if masked else s")
     return lines
+
+
+def _walk_lines(spec: AttentionShape) -> str:
+    """The kernel's lines running `chunk` over the block: on a square causal grid the blocks below the diagonal
+    unmasked and the diagonal's cut to the keys each chunk of rows sees."""
+    if spec.square_causal:
+        return ('''    @pl.when(kv != qi)
+    def _below():  # every key before every query: no mask
+        _each_chunk(chunk, hb, block_q // rows, rows, block_kv, False)
+
+    @pl.when(kv == qi)
+    def _diagonal():
+        _diagonal_chunks(chunk, hb, block_q // rows, rows, block_kv)
+''')
+    return f"    _each_chunk(chunk, hb, block_q // rows, rows, block_kv, {spec.causal})\n"
 
 
 def attention_source(spec: AttentionShape, params: AttentionParams, header: str, tunable_text: str) -> str:
@@ -113,7 +132,7 @@ def attention_source(spec: AttentionShape, params: AttentionParams, header: str,
     q_lanes, k_lanes = in_place(spec.q_order, spec.head_dim), in_place(spec.k_order, spec.head_dim)
     v_lanes, o_lanes = in_place(spec.v_order, spec.v_dim), in_place(spec.out_order, spec.v_dim)
     bias = spec.bias is not None
-    q_read = "_rows_from_lanes(q_ref, hb, d)" if q_lanes else "q_ref[...].reshape(hb * block_q, d)"
+    q_read = "q_ref[pl.ds(r0, rows), h * d:(h + 1) * d]" if q_lanes else "q_ref[h, pl.ds(r0, rows), :]"
     if folded != 1.0:
         q_read = f"({q_read}.astype(jnp.float32) * {folded!r}).astype(q_ref.dtype)"
     store = ("        for h in range(hb):\n"
@@ -136,13 +155,12 @@ def attention_source(spec: AttentionShape, params: AttentionParams, header: str,
     grid = "(batch, heads // hb, (n_q + 1) // 2, n_q + 1)" if paired else "(batch, heads // hb, n_q, n_kv)"
     sums = (_ONES_SUM if spec.v_dim % 128 == 0 else _VPU_SUM).format(cast=cast)
     score_lines = "\n".join(_score_lines(spec))
-    header = header.replace("import jax\n", "import functools\n\nimport jax\n", 1)
     return header + tunable_text + f'''
 {_helpers(paired)}
 
 
 def _kernel(q_ref, k_ref, v_ref, {"bias_ref, " if bias else ""}o_ref, m_ref, l_ref, acc_ref, *, block_q, block_kv, hb,
-            d, dv, n_q):
+            d, dv, n_q, rows):
     i, j = pl.program_id(2), pl.program_id(3)
     qi, kv = _positions(i, j, n_q)
 
@@ -152,16 +170,22 @@ def _kernel(q_ref, k_ref, v_ref, {"bias_ref, " if bias else ""}o_ref, m_ref, l_r
         l_ref[...] = jnp.zeros_like(l_ref)
         acc_ref[...] = jnp.zeros_like(acc_ref)
 
-    q = {q_read}  # [hb * block_q, d]: the query heads of one K/V head, stacked as rows
-    dims = (((1,), (0,)), ((), ())) if TRANSPOSE_K else (((1,), (1,)), ((), ()))
-    s = lax.dot_general(q, k_ref[...], dims, preferred_element_type=jnp.float32)  # [hb * block_q, block_kv]
+    def chunk(h, r0, keys, masked):
+        """Query rows r0 .. r0 + rows of stacked head h against the block's first `keys` keys."""
+        q = {q_read}  # [rows, d]
+        if TRANSPOSE_K:
+            s = lax.dot_general(q, k_ref[:, :keys], (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+        else:
+            s = lax.dot_general(q, k_ref[:keys, :], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
 {score_lines}
-    m_prev = m_ref[...]
-    m_new = jnp.maximum(m_prev, jnp.max(s, axis=-1, keepdims=True))
-    p = jnp.exp(s - m_new)
-    alpha = jnp.exp(m_prev - m_new)
-{sums}    m_ref[...] = m_new
+        at = pl.ds(h * block_q + r0, rows)  # the chunk's rows of the running max, sum and accumulator
+        m_prev = m_ref[at, :]
+        m_new = jnp.maximum(m_prev, jnp.max(s, axis=-1, keepdims=True))
+        p = jnp.exp(s - m_new)
+        alpha = jnp.exp(m_prev - m_new)
+{sums}        m_ref[at, :] = m_new
 
+{_walk_lines(spec)}
     @pl.when(_ends(i, j, qi, kv))
     def _store():
         out = acc_ref[...] / l_ref[...]  # [hb * block_q, dv]
@@ -180,6 +204,7 @@ def computation({args}):
     hb = HEADS_PER_STEP if group % HEADS_PER_STEP == 0 else 1
     block_q = _block(seq, BLOCK_Q)
     block_kv = {"block_q" if paired else "_block(kv_seq, BLOCK_KV)"}
+    rows = CHUNK_ROWS if block_q % CHUNK_ROWS == 0 else block_q
     if seq % block_q or kv_seq % block_kv:
         raise ValueError(f"sequence lengths {{seq}}, {{kv_seq}} are not multiples of 128")
     n_q, n_kv = seq // block_q, kv_seq // block_kv
@@ -201,7 +226,7 @@ def computation({args}):
         k_spec = {k_spec}
 
     def kernel(*refs):
-        return _kernel(*refs, block_q=block_q, block_kv=block_kv, hb=hb, d=d, dv=dv, n_q=n_q)
+        return _kernel(*refs, block_q=block_q, block_kv=block_kv, hb=hb, d=d, dv=dv, n_q=n_q, rows=rows)
 
     out = pl.pallas_call(
         kernel,
