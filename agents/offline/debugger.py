@@ -10,7 +10,9 @@ to the next repair:
   epilogue left to XLA after the kernel, then smaller blocks;
 - part of the output never written (partial_output), a block the lowering refuses (block_shape, alignment) and
   everything else: smaller blocks;
-- scoped VMEM overflow (vmem_oom): the limit the compiler asked for, else smaller blocks and a higher limit.
+- scoped VMEM overflow (vmem_oom): the limit the compiler asked for; where the compiler's own temporaries, unused,
+  filled the VMEM beside a small kernel, the next declared limit with the blocks kept; else smaller blocks and a
+  higher limit.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from agents.offline.params import raised_vmem_limit
 from agents.offline.program import Value
 
 _ERROR = re.compile(r"rejected this candidate in the (\w+) stage \((\w+)")
+# libtpu's report when its HLO temporaries, unused, took the whole VMEM beside the kernel's scoped allocation: seen
+# compiling for v5e with a limit of 63-64 MiB, where 60 and 65 MiB compiled the same kernel.
+_IDLE_HLO_TEMP = re.compile(r"HLO temp\s+[\d.]+[KMG] \(0\.0% utilization")
 _ENTRY = re.compile(r"^def computation\(([^)]*)\):", re.MULTILINE)
 BLOCKS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK_ROWS", "BLOCK_COLS", "BLOCK_Q", "BLOCK_KV", "BLOCK_CO", "BLOCK_P")
 CONFORMED = "_unconformed_computation"  # the kernel's own entry once its result is conformed
@@ -82,6 +87,19 @@ def _smaller(code: str, params: dict[str, Any], space: dict[str, tuple[Any, ...]
     return tunable.with_params(code, bigger or moved)
 
 
+def _next_limit(code: str, params: dict[str, Any], space: dict[str, tuple[Any, ...]], prompt: str,
+                vmem_bytes: int) -> str | None:
+    """The next declared VMEM limit up within the chip (else down), the blocks kept, when the compiler's report
+    says its idle temporaries filled the VMEM; None otherwise."""
+    if not _IDLE_HLO_TEMP.search(prompt):
+        return None
+    up = tunable.step(params, space, ("VMEM_LIMIT_BYTES",), +1)
+    if up is not None and up["VMEM_LIMIT_BYTES"] <= vmem_bytes:
+        return tunable.with_params(code, up)
+    down = tunable.step(params, space, ("VMEM_LIMIT_BYTES",), -1)
+    return tunable.with_params(code, down) if down is not None else None
+
+
 def repair(code: str, prompt: str, output: Value, inputs: list[Value], vmem_bytes: int) -> tuple[str, str]:
     """The fixed module and what was changed, for the error the prompt reports (CannotRepair when none is left)."""
     stage, kind = error_of(prompt)
@@ -90,8 +108,10 @@ def repair(code: str, prompt: str, output: Value, inputs: list[Value], vmem_byte
     tries: list[tuple[str, Any]] = []
     if kind == "vmem_oom":
         raised = raised_vmem_limit(params, space, prompt, vmem_bytes)
-        tries.append(("the scoped VMEM limit raised to what the compiler asked for",
-                      lambda: tunable.with_params(code, raised) if raised else None))
+        tries += [("the scoped VMEM limit raised to what the compiler asked for",
+                   lambda: tunable.with_params(code, raised) if raised else None),
+                  ("the next declared VMEM limit, the blocks kept (the compiler's idle temporaries filled the VMEM)",
+                   lambda: _next_limit(code, params, space, prompt, vmem_bytes))]
     elif kind in ("shape_mismatch", "dtype_mismatch"):
         tries.append((f"the result reshaped to {list(output.shape)} and cast to {output.dtype}, as the reference's",
                       lambda: conform(code, output, inputs)))

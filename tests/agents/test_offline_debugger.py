@@ -80,6 +80,16 @@ def test_vmem_a_partial_output_and_a_refused_block_have_their_own_repairs() -> N
     oom = _prompt("compile", "vmem_oom", "Scoped allocation with size 30.00M and limit 16.00M")
     fixed, what = repair(KERNEL, oom, OUTPUT, INPUTS, V6E.vmem_bytes)
     assert "VMEM limit raised" in what and tunable.current(fixed)["VMEM_LIMIT_BYTES"] == 33554432
+    # libtpu's words compiling a row-wise kernel for v5e at a 64 MiB limit (60 and 65 MiB compiled it).
+    idle = _prompt("compile", "vmem_oom", "Ran out of memory in memory space vmem. Used 131.74M of 128.00M vmem.\n"
+                   "Program vmem requirement 131.74M:\n    scoped            3.74M\n    HLO temp        128.00M "
+                   "(0.0% utilization: Unpadded (0B) Padded (0B), 100.0% fragmentation (128.00M))")
+    at_32 = tunable.with_params(KERNEL, {"VMEM_LIMIT_BYTES": 33554432})
+    fixed, what = repair(at_32, idle, OUTPUT, INPUTS, V6E.vmem_bytes)
+    assert "next declared VMEM limit" in what
+    assert tunable.current(fixed) == {**tunable.current(at_32), "VMEM_LIMIT_BYTES": 67108864}  # the blocks kept
+    top = tunable.with_params(KERNEL, {"VMEM_LIMIT_BYTES": 67108864})  # no larger value declared: the next one down
+    assert tunable.current(repair(top, idle, OUTPUT, INPUTS, V6E.vmem_bytes)[0])["VMEM_LIMIT_BYTES"] == 33554432
     for kind in ("partial_output", "block_shape", "nan"):
         fixed, what = repair(KERNEL if kind != "nan" else tunable.with_params(
             KERNEL, {"ELEMENTWISE_DTYPES": "float32", "ACC_DTYPE": "float32", "FUSE_EPILOGUE": False}),
