@@ -6,6 +6,8 @@ ops on each tile. Its fixed helpers are real functions in agents.offline.attenti
 
 from __future__ import annotations
 
+import textwrap
+
 from agents.offline.attention.params import AttentionParams
 from agents.offline.attention.shape import ROLES, AttentionShape, in_place
 from agents.offline.helper_text import helper_source
@@ -73,21 +75,25 @@ def _bias_spec(order: tuple[str, ...]) -> str:
     return f"pl.BlockSpec(({block}), lambda b, hh, i, j: ({index}))"
 
 
-_ONES_SUM = '''        v = v_ref[:keys, :]
-        if ROW_SUMS_ON_MXU:  # p @ [V | 1]: the row sums come out of the MXU beside the output
-            vv = jnp.concatenate([v, jnp.ones_like(v)], axis=1)
-            pv = lax.dot_general(p{cast}, vv, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
-            l_ref[at, :] = alpha * l_ref[at, :] + pv[:, dv:dv + 1]
-            acc_ref[at, :] = alpha * acc_ref[at, :] + pv[:, :dv]
-        else:
-            l_ref[at, :] = alpha * l_ref[at, :] + jnp.sum(p, axis=-1, keepdims=True)
-            pv = lax.dot_general(p{cast}, v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
-            acc_ref[at, :] = alpha * acc_ref[at, :] + pv
+# The running sum and accumulator from the VPU's row sums (`v` is the block's first `keys` rows of V).
+_VPU_SUM = '''l_ref[at, :] = alpha * l_ref[at, :] + jnp.sum(p, axis=-1, keepdims=True)
+pv = lax.dot_general(p{cast}, v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+acc_ref[at, :] = alpha * acc_ref[at, :] + pv
 '''
-_VPU_SUM = '''        l_ref[at, :] = alpha * l_ref[at, :] + jnp.sum(p, axis=-1, keepdims=True)
-        pv = lax.dot_general(p{cast}, v_ref[:keys, :], (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
-        acc_ref[at, :] = alpha * acc_ref[at, :] + pv
-'''
+# Or, where V is whole lane tiles wide, from the MXU as the TUNABLE value says.
+_MXU_OR_VPU_SUM = '''if ROW_SUMS_ON_MXU:  # p @ [V | 1]: the row sums come out of the MXU beside the output
+    vv = jnp.concatenate([v, jnp.ones_like(v)], axis=1)
+    pv = lax.dot_general(p{cast}, vv, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+    l_ref[at, :] = alpha * l_ref[at, :] + pv[:, dv:dv + 1]
+    acc_ref[at, :] = alpha * acc_ref[at, :] + pv[:, :dv]
+else:
+''' + textwrap.indent(_VPU_SUM, "    ")
+
+
+def _sum_lines(spec: AttentionShape, cast: str) -> str:
+    """The chunk's lines updating the running sum and accumulator from p."""
+    body = _MXU_OR_VPU_SUM if spec.v_dim % 128 == 0 else _VPU_SUM
+    return textwrap.indent("v = v_ref[:keys, :]\n" + body.format(cast=cast), " " * 8)
 
 
 def _score_lines(spec: AttentionShape) -> list[str]:
@@ -153,7 +159,7 @@ def attention_source(spec: AttentionShape, params: AttentionParams, header: str,
     bias_bytes = " + bias.size * bias.dtype.itemsize * (batch if bias_sizes[0] == 1 else 1)" if bias else ""
     halve = 2 if spec.causal else 1
     grid = "(batch, heads // hb, (n_q + 1) // 2, n_q + 1)" if paired else "(batch, heads // hb, n_q, n_kv)"
-    sums = (_ONES_SUM if spec.v_dim % 128 == 0 else _VPU_SUM).format(cast=cast)
+    sums = _sum_lines(spec, cast)
     score_lines = "\n".join(_score_lines(spec))
     return header + tunable_text + f'''
 {_helpers(paired)}
