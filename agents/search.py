@@ -57,6 +57,7 @@ class SearchOutcome:
     seed_speedup: float | None = None  # where the search started (the seed's own evaluation)
     band: list[float] | None = None  # the best speedup's likely range (None: measured, or stored before bands)
     seed_band: list[float] | None = None
+    infeasible: int = 0  # moves the compiler refused for the chip's VMEM (not counted as evaluations)
 
     @property
     def improved(self) -> bool:
@@ -71,7 +72,7 @@ class SearchOutcome:
                 "best_strategy_path": self.best_strategy_path, "reference_ms": self.reference_ms,
                 "kernel_ms": self.kernel_ms, "roofline_fraction": self.roofline_fraction,
                 "profile_chart": self.profile_chart, "seed_speedup": self.seed_speedup, "band": self.band,
-                "seed_band": self.seed_band}
+                "seed_band": self.seed_band, "infeasible": self.infeasible}
 
 
 def program_digest(code: str) -> str:
@@ -175,8 +176,15 @@ def load_graph(s: Session, session_id: str) -> tuple[Graph, dict[int, Candidate]
         nodes.append(Node(id=cid, parent_id=c.parent_id, strategy=c.strategy, trajectory=int(meta.get("trajectory", 0)),
                           depth=int(meta.get("depth", 0)), state=state, verdict=e.verdict if e else None,
                           speedup=e.speedup if e else None, params=meta.get("params"),
-                          method=e.method if e else None, band=_range(e)))
+                          method=e.method if e else None, band=_range(e),
+                          infeasible=_beyond_vmem(c, e)))
     return Graph(nodes), candidates, evaluations
+
+
+def _beyond_vmem(c: Candidate, e: Evaluation | None) -> bool:
+    """A parametric move (a child with tunables set) the compiler refused for the chip's VMEM."""
+    return (e is not None and c.parent_id is not None and (c.meta or {}).get("params") is not None
+            and e.verdict == "compile_error" and ((e.result or {}).get("error") or {}).get("kind") == "vmem_oom")
 
 
 def _options(candidates: dict[int, Candidate], family: str | None, brain: str | None):
@@ -340,4 +348,5 @@ def outcome(s: Session, session_id: str) -> SearchOutcome:
                          else None,
                          seed_speedup=seed_eval.speedup if seed_eval and seed_eval.verdict == "ok" else None,
                          band=_band(e) if best else None,
-                         seed_band=_band(seed_eval) if seed_eval and seed_eval.verdict == "ok" else None)
+                         seed_band=_band(seed_eval) if seed_eval and seed_eval.verdict == "ok" else None,
+                         infeasible=graph.infeasible)

@@ -8,6 +8,9 @@ Three ways to spend a budget of evaluations:
   runner takes one.
 - `hybrid`: a third of the budget on random points of the space (so a good region behind a worse first step
   is not missed), the rest as `beam` from the best of everything found.
+
+A parametric move the compiler refuses for the chip's VMEM (`infeasible`: seconds of compiling, no run) costs
+none of the budget: the search goes on to the next move, within its cap on nodes.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ ROOT_STRATEGY = "seed"
 @dataclass(frozen=True)
 class SearchConfig:
     strategy: str = "beam"
-    budget: int = 12  # evaluations (candidates stopped as duplicates do not count)
+    budget: int = 12  # evaluations (duplicates and moves beyond the chip's VMEM do not count)
     width: int = 2  # beam width, number of trajectories, candidates in flight
     max_depth: int = 8
     seed: int = 0
@@ -55,6 +58,7 @@ class Node:
     params: dict[str, Any] | None = None
     method: str | None = None  # "measured" on the chip, else "estimated"
     band: tuple[float, float] | None = None  # the speedup's range: a measured one's spread
+    infeasible: bool = False  # a parametric move beyond the chip's VMEM, refused at compile: no evaluation spent
 
     @property
     def score(self) -> float | None:
@@ -90,7 +94,11 @@ class Graph:
 
     @property
     def evaluations(self) -> int:
-        return sum(n.state == "evaluated" for n in self.nodes)
+        return sum(n.state == "evaluated" and not n.infeasible for n in self.nodes)
+
+    @property
+    def infeasible(self) -> int:
+        return sum(n.infeasible for n in self.nodes)
 
     def best(self) -> Node | None:
         """The ok candidate with the highest speedup, taken in the order they were made: a later one replaces the
@@ -144,8 +152,9 @@ REPAIRABLE = ("lowering_error", "compile_error")  # a brain's self-debugger may 
 
 
 def _expandable(graph: Graph, config: SearchConfig) -> list[Node]:
-    return [n for n in graph.nodes if n.depth < config.max_depth
-            and (n.score is not None or (n.state == "evaluated" and n.verdict in REPAIRABLE))]
+    # A move beyond the chip's VMEM is not repaired: shrinking its blocks would undo the move.
+    return [n for n in graph.nodes if n.depth < config.max_depth and (n.score is not None or (
+        n.state == "evaluated" and n.verdict in REPAIRABLE and not n.infeasible))]
 
 
 def _beam(graph: Graph, config: SearchConfig, options: Options, slots: int) -> list[Expansion]:

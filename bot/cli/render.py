@@ -185,10 +185,11 @@ def search_progress_line(session_id: str, graph: Any, budget: int) -> str:
     """One line of a running search: evaluations against the budget, what is in flight, the best so far."""
     best = graph.best()
     duplicates = sum(n.state == "duplicate" for n in graph.nodes)
-    failed = sum(n.state == "evaluated" and n.score is None for n in graph.nodes)
+    failed = sum(n.state == "evaluated" and n.score is None and not n.infeasible for n in graph.nodes)
+    beyond = f", {graph.infeasible} beyond the chip's VMEM (not counted)" if graph.infeasible else ""
     best_text = f"best x{best.score:.2f} (#{best.id} {best.strategy})" if best else "no ok candidate yet"
     return (f"search {session_id}: {graph.evaluations}/{budget} evaluations, {len(graph.pending)} in flight, "
-            f"{duplicates} duplicates skipped, {failed} failed; {best_text}")
+            f"{duplicates} duplicates skipped, {failed} failed{beyond}; {best_text}")
 
 
 COMPILED_VERDICTS = ("ok", "unverified", "incorrect")
@@ -275,6 +276,8 @@ def search_summary_table(summary: dict[str, Any]) -> Table:
                                      style="yellow"))
     for reason, count in summary.get("failures") or []:
         table.add_row("not ok", f"{count} x {reason}")
+    if summary.get("infeasible"):
+        table.add_row("not counted", f"{summary['infeasible']} x a move beyond the chip's VMEM, refused at compile")
     table.add_row("search graph", str(summary.get("graph_png")))
     return table
 

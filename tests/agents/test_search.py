@@ -112,6 +112,29 @@ def test_the_best_kernels_likely_range_is_read_back_and_the_ranking_stays_on_the
     assert (payload["best_speedup"], payload["best_method"], payload["best_band"]) == (1.3, "estimated", [0.9, 1.8])
 
 
+def test_a_move_the_compiler_refused_for_vmem_is_read_back_apart_and_costs_no_evaluation(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'kernelbot.db'}")
+    upgrade(engine)
+    session_id = stored_search(engine)
+    with Session(engine) as s, s.begin():
+        seed = s.exec(select(Candidate).where(Candidate.session_id == session_id, Candidate.parent_id == None)  # noqa: E711
+                      ).one()
+        tried = (({"BLOCK_ROWS": 4096}, "vmem_oom"), ({"BLOCK_ROWS": 8}, "lowering_error"), (None, "vmem_oom"))
+        for params, kind in tried:
+            moved = sessions.add_candidate(s, task="softmax", code=f"moved {params} {kind}",
+                                           content_hash=f"{params}{kind}", session_id=session_id,
+                                           parent_id=seed.id, strategy="grow_block_rows",
+                                           meta={"trajectory": 0, "depth": 1, "params": params})
+            s.add(Evaluation(candidate_id=moved.id, task="softmax", target="v6e", verdict="compile_error",
+                             stage="compile", result={"error": {"kind": kind, "detail": "Ran out of memory in vmem"}}))
+    with Session(engine) as s:
+        graph, _, _ = load_graph(s, session_id)
+        result = outcome(s, session_id)
+    # Only the parametric move refused for VMEM is apart: a brain's rewrite that overflows is an evaluation spent.
+    assert [n.infeasible for n in graph.nodes] == [False, False, True, False, False]
+    assert (result.evaluations, result.infeasible, result.to_json()["infeasible"]) == (4, 1, 1)
+
+
 def test_a_searchs_best_parameters_are_kept_and_the_next_search_of_the_task_starts_from_them(
         tmp_path: Path) -> None:
     from agents.search import host_jax_version

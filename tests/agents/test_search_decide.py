@@ -41,6 +41,20 @@ def test_the_budget_counts_evaluations_and_work_in_flight_but_not_duplicates() -
     assert next_expansions(many_duplicates, SearchConfig("beam", budget=2, width=2), options_abc) == []
 
 
+def test_a_move_beyond_the_chips_vmem_costs_no_evaluation_and_is_not_repaired() -> None:
+    # The seed, and its first move refused at compile for VMEM: one evaluation spent of two, the next move comes.
+    refused = Node(id=2, parent_id=1, strategy="a", trajectory=0, depth=1, state="evaluated",
+                   verdict="compile_error", params={"X": 11}, infeasible=True)
+    graph = Graph([N(1, speedup=1.5), refused])
+    assert (graph.evaluations, graph.infeasible) == (1, 1)
+    out = next_expansions(graph, SearchConfig("beam", budget=2, width=1), options_abc)
+    assert out == [Expansion(1, "b", 0, {"X": 12})]  # not a self_debug of node 2: that would undo the move
+    # The same failure of any other kind is an evaluation spent, and a repair is tried.
+    failed = Graph([N(1, speedup=1.5), Node(**{**refused.__dict__, "infeasible": False})])
+    assert failed.evaluations == 2
+    assert next_expansions(failed, SearchConfig("beam", budget=2, width=1), options_abc) == []
+
+
 def test_parameters_already_in_the_graph_are_not_expanded_again() -> None:
     graph = Graph([N(1, params={"X": 0}), N(2, 1, strategy="z", params={"X": 11}, depth=1)])
     out = next_expansions(graph, SearchConfig("beam", budget=10, width=3), options_abc)

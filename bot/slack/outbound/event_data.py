@@ -274,7 +274,8 @@ def event_view(s: Session, data: SessionData, event: SessionEvent) -> EventView:
         view["card"] = Card("summary", 0, outcome={
             "improved": out.improved, "speedup": out.speedup, "method": out.method, "band": out.band,
             "evaluations": out.evaluations,
-            "duplicates": out.duplicates, "path": out.best_strategy_path, "reason": payload.get("reason")})
+            "duplicates": out.duplicates, "infeasible": out.infeasible, "path": out.best_strategy_path,
+            "reason": payload.get("reason")})
         if out.best_candidate_id:
             candidate = s.get(Candidate, out.best_candidate_id)
             view["kernel"] = candidate.code if candidate else None

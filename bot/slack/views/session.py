@@ -255,8 +255,10 @@ def search_summary(*, outcome: dict[str, Any]) -> Payload:
         head = f"*Search finished*: best kernel {outcome_speedup(outcome)}"
     else:
         head = "*Search finished* without a kernel faster than the reference"
+    beyond = f", {outcome['infeasible']} move(s) beyond the chip's VMEM not counted" if outcome.get("infeasible") \
+        else ""
     lines = [head, f"{outcome.get('evaluations', 0)} evaluation(s), {outcome.get('duplicates', 0)} duplicate(s) "
-                   f"skipped; {outcome.get('reason') or ''}".rstrip("; ")]
+                   f"skipped{beyond}; {outcome.get('reason') or ''}".rstrip("; ")]
     if outcome.get("path"):
         lines.append("strategies that led there: " + " → ".join(outcome["path"]))
     return {"text": f"Search finished: {outcome_speedup(outcome) or 'no improvement'}",

@@ -241,3 +241,11 @@ def test_running_messages_lose_their_cancel_button_when_the_session_ends() -> No
     finished = ops_for(_event("search_finished", {"evaluations": 2}, mode="search", status="cancelled",
                               card=Card("summary", 0, outcome={"improved": False})))
     assert not any(b["type"] == "actions" for b in _shown(finished, "progress:search")["blocks"])
+
+
+def test_a_search_summary_says_the_moves_beyond_the_chips_vmem_apart_from_its_evaluations() -> None:
+    with_refused = _texts(search_summary(outcome={"improved": False, "evaluations": 2, "duplicates": 0,
+                                                  "infeasible": 1, "reason": "budget spent"}))[0]
+    assert "2 evaluation(s), 0 duplicate(s) skipped, 1 move(s) beyond the chip's VMEM not counted; budget spent" \
+        in with_refused
+    assert "VMEM" not in _texts(search_summary(outcome={"improved": False, "evaluations": 2, "duplicates": 0}))[0]
