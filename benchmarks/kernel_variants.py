@@ -10,11 +10,14 @@ A variant that does not compile or run says why in its row.
 
     .venv/bin/python benchmarks/kernel_variants.py --task benchmarks/measured/39k_Conv2d_GELU_GlobalAvgPool
                                                    [--target v5e] [--only CHUNK,BLOCK_P] [--max 40] [--kernel-alone]
-                                                   [--json FILE]
+                                                   [--stages] [--json FILE]
 
 With --kernel-alone each kernel is also timed without what its wrapper does after its last pallas_call (the module
 cut there, returning that call's value): the rest of its time is the XLA work after the kernel - a crop, an
 interleave, a tail of the reference's last steps - which can outweigh the kernel itself (28k on a v5e: 5.8 of 29.6 ms).
+
+With --stages each kernel is also timed up to each of its pallas_calls' outputs in turn (the module cut right after
+the call): where a kernel of several calls (17p's projection, contraction and output) spends its time.
 
 With --interpret (a host without a TPU, for trying the script itself) the kernels run in Pallas interpret mode on
 the task's test inputs (`get_test_inputs`): the times then say nothing of a chip.
@@ -59,9 +62,9 @@ def variants(first: dict[str, Any], space: dict[str, tuple[Any, ...]], only: set
     return out
 
 
-def cut_after_kernel(source: str) -> str | None:
-    """The module with `computation` returning its last pallas_call's value right after the call (None when no
-    `name = pl.pallas_call(...)(...)` is there)."""
+def cut_after_kernel(source: str, which: int = -1) -> str | None:
+    """The module with `computation` returning a pallas_call's value right after the call: the last one, or the
+    `which`-th in the source's order (None when there is no such `name = pl.pallas_call(...)(...)`)."""
     tree = parse(source)
     computation = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "computation"), None)
     if computation is None:
@@ -71,15 +74,21 @@ def cut_after_kernel(source: str) -> str | None:
         return (isinstance(node, ast.Call) and isinstance(node.func, ast.Call)
                 and ast.unparse(node.func.func) in ("pl.pallas_call", "pallas_call"))
 
+    def named(target: ast.expr) -> bool:  # `out = ...` or `left, right = ...`
+        return isinstance(target, ast.Name) or (isinstance(target, ast.Tuple)
+                                                 and all(isinstance(e, ast.Name) for e in target.elts))
+
     calls = [n for n in ast.walk(computation) if isinstance(n, ast.Assign) and len(n.targets) == 1
-             and isinstance(n.targets[0], ast.Name) and is_kernel_call(n.value)]
-    if not calls:
+             and named(n.targets[0]) and is_kernel_call(n.value)]
+    calls.sort(key=lambda n: n.end_lineno or 0)
+    if not -len(calls) <= which < len(calls):
         return None
-    last = max(calls, key=lambda n: n.end_lineno or 0)
+    last = calls[which]
     lines = source.splitlines(keepends=True)
     indent = " " * last.col_offset
-    assert isinstance(last.targets[0], ast.Name) and last.end_lineno is not None
-    return "".join(lines[:last.end_lineno] + [f"{indent}return {last.targets[0].id}\n"] + lines[last.end_lineno:])
+    assert last.end_lineno is not None
+    value = ast.unparse(last.targets[0])
+    return "".join(lines[:last.end_lineno] + [f"{indent}return {value}\n"] + lines[last.end_lineno:])
 
 
 def fastest_ms(fn: Any, args: list[Any], calls: int, repeat: int) -> tuple[float, Any]:
@@ -121,6 +130,8 @@ def main() -> None:
     parser.add_argument("--interpret", action="store_true", help="no TPU: interpret mode on the test inputs")
     parser.add_argument("--kernel-alone", action="store_true",
                         help="also time each kernel without the wrapper's work after its last pallas_call")
+    parser.add_argument("--stages", action="store_true",
+                        help="also time each kernel up to each of its pallas_calls' outputs, in the source's order")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args()
 
@@ -149,6 +160,16 @@ def main() -> None:
                     ms, got = fastest_ms(run, arrays, args.calls, args.repeat)
                 row.update(ms=ms, speedup=ref_ms / ms, max_diff=_max_diff(got, want))
                 alone = ""
+                if args.stages:
+                    row["stages_ms"] = []
+                    while (cut := cut_after_kernel(source, len(row["stages_ms"]))) is not None:
+                        head = _load(cut, Path(tmp), f"variant_{k}_stage_{len(row['stages_ms'])}")
+                        with interpret_mode(args.interpret):
+                            stage_ms, _ = fastest_ms(jax.jit(lambda *a, m=head: m.computation(*a, *config.static)),
+                                                     arrays, args.calls, args.repeat)
+                        row["stages_ms"].append(stage_ms)
+                    alone = "  (to each pallas_call's output: " + ", ".join(f"{t:.3f}" for t in row["stages_ms"]) \
+                        + " ms)"
                 cut = cut_after_kernel(source) if args.kernel_alone else None
                 if cut is not None:
                     head = _load(cut, Path(tmp), f"variant_{k}_alone")

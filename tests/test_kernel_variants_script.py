@@ -51,3 +51,20 @@ def test_a_kernel_alone_is_its_module_cut_after_its_last_pallas_call() -> None:
     assert cut.splitlines()[3:7] == ["    out = pl.pallas_call(second, out_shape=y)(", "        y)", "    return out",
                                      "    out = out[:4]"]
     assert cut_after_kernel("def computation(x):\n    return x\n") is None
+
+
+def test_stages_cut_after_each_pallas_call_in_turn_tuples_included() -> None:
+    """--stages times the module up to each call's output: the n-th cut returns the n-th call's value(s)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from kernel_variants import cut_after_kernel
+
+    source = """def computation(x):
+    left, right = pl.pallas_call(first, out_shape=[x, x])(x)
+    t = pl.pallas_call(second, out_shape=x)(left, right)
+    return t + 1
+"""
+    first, second = cut_after_kernel(source, 0), cut_after_kernel(source, 1)
+    assert first is not None and second is not None
+    assert first.splitlines()[2] == "    return (left, right)"
+    assert second.splitlines()[3] == "    return t" and second == cut_after_kernel(source)
+    assert cut_after_kernel(source, 2) is None

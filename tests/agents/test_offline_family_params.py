@@ -22,9 +22,9 @@ def test_attention_parameters_as_tunable_values_and_back() -> None:
     assert values == {"BLOCK_Q": 512, "HEADS_PER_STEP": 2, "CHUNK_ROWS": 256, "TRANSPOSE_K": True,
                       "VMEM_LIMIT_BYTES": 64 * 2**20}
     assert from_tunable(AttentionParams, {**values, "BLOCK_M": 7}) == square  # other families' names are ignored
-    full = dataclasses.replace(square, block_kv=256, row_sums_on_mxu=False)
-    assert list(as_tunable(full)) == ["BLOCK_Q", "BLOCK_KV", "HEADS_PER_STEP", "CHUNK_ROWS", "ROW_SUMS_ON_MXU",
-                                      "TRANSPOSE_K", "VMEM_LIMIT_BYTES"]
+    full = dataclasses.replace(square, block_kv=256, batch_per_step=2, row_sums_on_mxu=False)
+    assert list(as_tunable(full)) == ["BLOCK_Q", "BLOCK_KV", "HEADS_PER_STEP", "BATCH_PER_STEP", "CHUNK_ROWS",
+                                      "ROW_SUMS_ON_MXU", "TRANSPOSE_K", "VMEM_LIMIT_BYTES"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         full.block_q = 128  # type: ignore[misc]
 
@@ -32,6 +32,9 @@ def test_attention_parameters_as_tunable_values_and_back() -> None:
 def test_parameters_check_themselves() -> None:
     with pytest.raises(ValueError, match="block_q=0"):
         AttentionParams(block_q=0, heads_per_step=1, chunk_rows=128, transpose_k=False, vmem_limit_bytes=2**20)
+    with pytest.raises(ValueError, match="batch_per_step=0"):
+        AttentionParams(block_q=128, heads_per_step=1, batch_per_step=0, chunk_rows=128, transpose_k=False,
+                        vmem_limit_bytes=2**20)
     with pytest.raises(ValueError, match="chunk=0"):
         ConvParams(block_co=64, chunk=0, vmem_limit_bytes=2**20, elementwise_dtypes="float32")
 

@@ -21,6 +21,7 @@ import jax
 import numpy as np
 
 from tpu_runner.analysis.jaxpr_walk import INLINE_CALLS
+from tpu_runner.analysis.liveness import read_fractions
 from tpu_runner.checking import (
     OutputSet,
     as_on_tpu,
@@ -87,7 +88,8 @@ def describe(task_dir: str, out: Path) -> ExportedTask:
         described.production.append(config_to_json(config))
         args = [jax.ShapeDtypeStruct(a.shape, np.dtype(a.dtype)) for a in config.dynamic]
         fn = jax.jit(lambda *d, _c=config: ref_fn(*d, *_c.static))
-        described.used_inputs.append(used_inputs(jax.make_jaxpr(fn)(*args)))
+        closed = jax.make_jaxpr(fn)(*args)
+        described.used_inputs.append(read_fractions(closed, used_inputs(closed)))
         exported = jax.export.export(fn, platforms=["tpu"])(*args)
         name = f"reference.config{i}.exported"
         (out / name).write_bytes(exported.serialize())

@@ -165,8 +165,9 @@ class ReferenceStore:
         data = self._index(task)
         return data["production"], [self._dir(task) / name for name in data["programs"]]
 
-    def used_inputs(self, task: Task) -> list[list[bool]]:
-        """Per production configuration, which inputs the reference reads at all."""
+    def used_inputs(self, task: Task) -> list[list[float]]:
+        """Per production configuration and input, the fraction of it the reference's outputs can depend on
+        (0: not read at all)."""
         return self._index(task)["used_inputs"]
 
     def prefetch(self, tasks: list[Task]) -> dict[str, TaskError]:

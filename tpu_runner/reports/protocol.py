@@ -269,11 +269,13 @@ class ReferenceRequest:
 @dataclass
 class ExportedTask:
     """One task's reference described: its production configurations, its exported program for each, and which
-    inputs each reads; or why it could not be (`task_error`)."""
+    share of each input its outputs can depend on; or why it could not be (`task_error`)."""
 
     production: list[dict[str, Any]] = field(default_factory=list)  # tasks.config_to_json
     programs: list[str] = field(default_factory=list)  # file names under out/<index>/
-    used_inputs: list[list[bool]] = field(default_factory=list)  # per configuration, per input
+    # Per configuration, per input: the fraction of its elements the outputs can depend on (0: not read at all;
+    # below 1 where a constant mask drops some, analysis.liveness).
+    used_inputs: list[list[float]] = field(default_factory=list)
     task_error: str | None = None
 
 

@@ -36,17 +36,18 @@ class CandidateProgram:
 
 
 def _roofline(chip: ChipSpec, configs: list[Configuration], cand: list[CandidateProgram],
-              ref: list[CompileAnswer], used: list[list[bool]] | None = None) -> Roofline:
+              ref: list[CompileAnswer], used: list[list[float]] | None = None) -> Roofline:
     """The task's work (the reference's FLOPs) against its compulsory traffic: the inputs it reads, read once, and
-    its outputs written once (an input the reference ignores costs nothing). Matmul work the candidate's program
+    its outputs written once (an input the reference ignores costs nothing; of one it masks with a constant
+    predicate, only the share its outputs can depend on: a causal attention's score bias, below the diagonal). Matmul work the candidate's program
     cannot do (beyond the most its kernels' bodies and grids and its XLA ops can: a mixture of experts' unchosen
     experts, which the reference computes and weights by zero) is not counted: a time below the reference's FLOPs
     at peak is then what skipping that work gives, and correctness, checked on every input set and while timing,
     decides whether the skipped work was needed."""
     flops = sum(r.cost.get("flops", 0.0) - _skipped_flops(c, r) for c, r in zip(cand, ref, strict=True))
-    reads = [u if u else [True] * len(cfg.dynamic) for cfg, u in zip(configs, used or [None] * len(configs),
-                                                                      strict=True)]
-    compulsory = sum(sum(a.nbytes for a, read in zip(cfg.dynamic, r, strict=True) if read)
+    reads = [u if u else [1.0] * len(cfg.dynamic) for cfg, u in zip(configs, used or [None] * len(configs),
+                                                                     strict=True)]
+    compulsory = sum(sum(a.nbytes * float(read) for a, read in zip(cfg.dynamic, r, strict=True))
                      for cfg, r in zip(configs, reads, strict=True)) + sum(
         c.compiled.memory.get("output_size_in_bytes", 0) for c in cand)
     dtype = configs[0].dynamic[0].dtype if configs and configs[0].dynamic else "float32"
@@ -76,7 +77,7 @@ def _kernels(chip: ChipSpec, cand: list[CandidateProgram]) -> list[dict[str, Any
 
 
 def estimated_performance(chip: ChipSpec, mode: str, prod: list[Configuration], cand: list[CandidateProgram],
-                          ref: list[CompileAnswer], used: list[list[bool]] | None = None
+                          ref: list[CompileAnswer], used: list[list[float]] | None = None
                           ) -> tuple[Performance, dict[str, Any], list[str]]:
     """The estimate, its profile, and notes on how it was made when that is not the usual way."""
     notes: list[str] = []
@@ -168,7 +169,7 @@ def _program_profile(timed: ProgramTime, seconds: float, hbm_bytes: float, cycle
 
 
 def measured_performance(chip: ChipSpec, prod: list[Configuration], cand: list[CandidateProgram],
-                         ref: list[CompileAnswer], measured: MeasuredTimes, used: list[list[bool]] | None = None,
+                         ref: list[CompileAnswer], measured: MeasuredTimes, used: list[list[float]] | None = None,
                          estimate: Performance | None = None) -> tuple[Performance, dict[str, Any]]:
     """Times the candidate's child measured on its device (candidate and reference interleaved, first
     production shape), against the roofline of the compiled programs; `estimate`, the static estimate of the

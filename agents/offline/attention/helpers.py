@@ -74,6 +74,23 @@ def _diagonal_chunks(chunk, hb, n_chunks, rows, keys):
             chunk(h, c * rows, min(keys, (c + 1) * rows), True)
 
 
+def _diagonal_tiles(chunk, tiles, n_chunks, rows, keys):
+    """The diagonal block of a square causal grid with several stacked tiles (batch elements x heads): a rolled
+    loop over the tiles, each tile's chunks of rows written out against the keys up to their last row (half the
+    block's work, in code the size of one tile's); the masked rolled loop over all keys when one tile alone has
+    too many chunks to write out."""
+    if n_chunks > 8:
+        _each_chunk(chunk, tiles, n_chunks, rows, keys, True)
+        return
+
+    def body(g, carry):
+        for c in range(n_chunks):
+            chunk(g, c * rows, min(keys, (c + 1) * rows), True)
+        return carry
+
+    lax.fori_loop(0, tiles, body, 0)
+
+
 def _causal_mask(s, offset):
     """Keys after the query masked; `offset` is the first row's query position minus the first key's."""
     rows = lax.broadcasted_iota(jnp.int32, (s.shape[0], 1), 0) + offset

@@ -17,11 +17,12 @@ _HELPERS = "agents.offline.attention.helpers"
 _WALKS = ("_positions", "_starts", "_ends")  # the grid's walk, in a square causal and a rectangular variant
 
 
-def _helpers(paired: bool) -> str:
+def _helpers(paired: bool, stacked: bool) -> str:
     """The kernel's helpers before `_kernel`: the mask value, the grid's walk and the tile helpers."""
     variant = "_paired" if paired else "_rectangle"
     walk = tuple(variant + name for name in _WALKS)
-    chunks = ("_each_chunk", "_diagonal_chunks") if paired else ("_each_chunk",)
+    diagonal = "_diagonal_tiles" if stacked else "_diagonal_chunks"
+    chunks = ("_each_chunk", diagonal) if paired else ("_each_chunk",)
     return helper_source(_HELPERS, "MASK_VALUE", *walk, "_bias_tile", *chunks, "_causal_mask",
                          rename={variant + name: name for name in _WALKS})
 
@@ -90,10 +91,11 @@ else:
 ''' + textwrap.indent(_VPU_SUM, "    ")
 
 
-def _sum_lines(spec: AttentionShape, cast: str) -> str:
+def _sum_lines(spec: AttentionShape, cast: str, stacked: bool) -> str:
     """The chunk's lines updating the running sum and accumulator from p."""
     body = _MXU_OR_VPU_SUM if spec.v_dim % 128 == 0 else _VPU_SUM
-    return textwrap.indent("v = v_ref[:keys, :]\n" + body.format(cast=cast), " " * 8)
+    v = "v_ref[bi, :keys, :]" if stacked else "v_ref[:keys, :]"
+    return textwrap.indent(f"v = {v}\n" + body.format(cast=cast), " " * 8)
 
 
 def _score_lines(spec: AttentionShape) -> list[str]:
@@ -113,19 +115,21 @@ def _score_lines(spec: AttentionShape) -> list[str]:
     return lines
 
 
-def _walk_lines(spec: AttentionShape) -> str:
-    """The kernel's lines running `chunk` over the block: on a square causal grid the blocks below the diagonal
-    unmasked and the diagonal's cut to the keys each chunk of rows sees."""
+def _walk_lines(spec: AttentionShape, stacked: bool) -> str:
+    """The kernel's lines running `chunk` over the block's stacked tiles (heads, or batch elements x heads): on a
+    square causal grid the blocks below the diagonal unmasked and the diagonal's cut to the keys each chunk of
+    rows sees."""
+    tiles = "bb * hb" if stacked else "hb"
     if spec.square_causal:
-        return ('''    @pl.when(kv != qi)
+        return (f'''    @pl.when(kv != qi)
     def _below():  # every key before every query: no mask
-        _each_chunk(chunk, hb, block_q // rows, rows, block_kv, False)
+        _each_chunk(chunk, {tiles}, block_q // rows, rows, block_kv, False)
 
     @pl.when(kv == qi)
     def _diagonal():
-        _diagonal_chunks(chunk, hb, block_q // rows, rows, block_kv)
+        {"_diagonal_tiles" if stacked else "_diagonal_chunks"}(chunk, {tiles}, block_q // rows, rows, block_kv)
 ''')
-    return f"    _each_chunk(chunk, hb, block_q // rows, rows, block_kv, {spec.causal})\n"
+    return f"    _each_chunk(chunk, {tiles}, block_q // rows, rows, block_kv, {spec.causal})\n"
 
 
 def attention_source(spec: AttentionShape, params: AttentionParams, header: str, tunable_text: str) -> str:
@@ -138,35 +142,51 @@ def attention_source(spec: AttentionShape, params: AttentionParams, header: str,
     q_lanes, k_lanes = in_place(spec.q_order, spec.head_dim), in_place(spec.k_order, spec.head_dim)
     v_lanes, o_lanes = in_place(spec.v_order, spec.v_dim), in_place(spec.out_order, spec.v_dim)
     bias = spec.bias is not None
-    q_read = "q_ref[pl.ds(r0, rows), h * d:(h + 1) * d]" if q_lanes else "q_ref[h, pl.ds(r0, rows), :]"
+    # Batch elements stacked in a step (BATCH_PER_STEP): every block but the bias's gains a leading batch axis,
+    # and the kernel's stacked tile g is batch element g // hb, head g % hb.
+    stacked = params.batch_per_step is not None
+    lead = "bb" if stacked else "None"
+    q_read = ("q_ref[pl.ds(r0, rows), h * d:(h + 1) * d]" if q_lanes
+              else "q_ref[bi, h, pl.ds(r0, rows), :]" if stacked else "q_ref[h, pl.ds(r0, rows), :]")
+    k_rows, k_cols = ("k_ref[bi, :keys, :]", "k_ref[bi, :, :keys]") if stacked else ("k_ref[:keys, :]",
+                                                                                    "k_ref[:, :keys]")
     if folded != 1.0:
         q_read = f"({q_read}.astype(jnp.float32) * {folded!r}).astype(q_ref.dtype)"
     store = ("        for h in range(hb):\n"
              "            o_ref[:, h * dv:(h + 1) * dv] = out[h * block_q:(h + 1) * block_q].astype(o_ref.dtype)"
              if o_lanes else "        o_ref[...] = out.reshape(o_ref.shape).astype(o_ref.dtype)")
     q_spec = ("pl.BlockSpec((None, block_q, hb * d), lambda b, hh, i, j: (b, q_at(i, j), hh))" if q_lanes
-              else "pl.BlockSpec((None, hb, block_q, d), lambda b, hh, i, j: (b, hh, q_at(i, j), 0))")
+              else f"pl.BlockSpec(({lead}, hb, block_q, d), lambda b, hh, i, j: (b, hh, q_at(i, j), 0))")
     k_spec = ("pl.BlockSpec((None, block_kv, d), lambda b, hh, i, j: (b, kv_at(i, j), kv_head(hh)))" if k_lanes
-              else "pl.BlockSpec((None, None, block_kv, d), lambda b, hh, i, j: (b, kv_head(hh), kv_at(i, j), 0))")
+              else f"pl.BlockSpec(({lead}, None, block_kv, d), lambda b, hh, i, j: (b, kv_head(hh), kv_at(i, j), 0))")
     v_spec = ("pl.BlockSpec((None, block_kv, dv), lambda b, hh, i, j: (b, kv_at(i, j), kv_head(hh)))" if v_lanes
-              else "pl.BlockSpec((None, None, block_kv, dv), lambda b, hh, i, j: (b, kv_head(hh), kv_at(i, j), 0))")
+              else f"pl.BlockSpec(({lead}, None, block_kv, dv), lambda b, hh, i, j: (b, kv_head(hh), kv_at(i, j), 0))")
     o_spec = ("pl.BlockSpec((None, block_q, hb * dv), lambda b, hh, i, j: (b, q_at(i, j), hh))" if o_lanes
-              else "pl.BlockSpec((None, hb, block_q, dv), lambda b, hh, i, j: (b, hh, q_at(i, j), 0))")
+              else f"pl.BlockSpec(({lead}, hb, block_q, dv), lambda b, hh, i, j: (b, hh, q_at(i, j), 0))")
     o_shape = "(batch, seq, heads * dv)" if o_lanes else "(batch, heads, seq, dv)"
     bias_prepare = (_sizes("bias", f"a{spec.bias}", spec.bias_order, ("b", "h", "q", "k"))
                     + _prepare("bias", f"a{spec.bias}", spec.bias_order, ("b", "h", "q", "k"))) if bias else ""
     bias_in_spec = f", {_bias_spec(spec.bias_order)}" if bias else ""
-    bias_bytes = " + bias.size * bias.dtype.itemsize * (batch if bias_sizes[0] == 1 else 1)" if bias else ""
+    bias_reads = "batch // bb" if stacked else "batch"
+    bias_bytes = f" + bias.size * bias.dtype.itemsize * ({bias_reads} if bias_sizes[0] == 1 else 1)" if bias else ""
     halve = 2 if spec.causal else 1
-    grid = "(batch, heads // hb, (n_q + 1) // 2, n_q + 1)" if paired else "(batch, heads // hb, n_q, n_kv)"
-    sums = _sum_lines(spec, cast)
+    steps = "batch // bb" if stacked else "batch"
+    grid = f"({steps}, heads // hb, (n_q + 1) // 2, n_q + 1)" if paired else f"({steps}, heads // hb, n_q, n_kv)"
+    sums = _sum_lines(spec, cast, stacked)
+    tiles = "bb * hb" if stacked else "hb"
+    tile, tile_name = ("g", "tile g") if stacked else ("h", "head h")
+    kernel_args = ("block_q=block_q, block_kv=block_kv, hb=hb, bb=bb, d=d, dv=dv, n_q=n_q,\n"
+                   "                       rows=rows" if stacked else
+                   "block_q=block_q, block_kv=block_kv, hb=hb, d=d, dv=dv, n_q=n_q, rows=rows")
+    scratch = (f"[pltpu.VMEM(({tiles} * block_q, 1), jnp.float32), pltpu.VMEM(({tiles} * block_q, 1), jnp.float32),\n"
+               f"                        pltpu.VMEM(({tiles} * block_q, dv), jnp.float32)]")
     score_lines = "\n".join(_score_lines(spec))
     return header + tunable_text + f'''
-{_helpers(paired)}
+{_helpers(paired, stacked)}
 
 
 def _kernel(q_ref, k_ref, v_ref, {"bias_ref, " if bias else ""}o_ref, m_ref, l_ref, acc_ref, *, block_q, block_kv, hb,
-            d, dv, n_q, rows):
+            {"bb, " if stacked else ""}d, dv, n_q, rows):
     i, j = pl.program_id(2), pl.program_id(3)
     qi, kv = _positions(i, j, n_q)
 
@@ -176,25 +196,26 @@ def _kernel(q_ref, k_ref, v_ref, {"bias_ref, " if bias else ""}o_ref, m_ref, l_r
         l_ref[...] = jnp.zeros_like(l_ref)
         acc_ref[...] = jnp.zeros_like(acc_ref)
 
-    def chunk(h, r0, keys, masked):
-        """Query rows r0 .. r0 + rows of stacked head h against the block's first `keys` keys."""
+    def chunk({tile}, r0, keys, masked):
+        """Query rows r0 .. r0 + rows of stacked {tile_name} against the block's first `keys` keys."""
+{"        bi, h = g // hb, g % hb  # the stacked tile's batch element and head" + chr(10) if stacked else ""}\
         q = {q_read}  # [rows, d]
         if TRANSPOSE_K:
-            s = lax.dot_general(q, k_ref[:, :keys], (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+            s = lax.dot_general(q, {k_cols}, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
         else:
-            s = lax.dot_general(q, k_ref[:keys, :], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+            s = lax.dot_general(q, {k_rows}, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
 {score_lines}
-        at = pl.ds(h * block_q + r0, rows)  # the chunk's rows of the running max, sum and accumulator
+        at = pl.ds({tile} * block_q + r0, rows)  # the chunk's rows of the running max, sum and accumulator
         m_prev = m_ref[at, :]
         m_new = jnp.maximum(m_prev, jnp.max(s, axis=-1, keepdims=True))
         p = jnp.exp(s - m_new)
         alpha = jnp.exp(m_prev - m_new)
 {sums}        m_ref[at, :] = m_new
 
-{_walk_lines(spec)}
+{_walk_lines(spec, stacked)}
     @pl.when(_ends(i, j, qi, kv))
     def _store():
-        out = acc_ref[...] / l_ref[...]  # [hb * block_q, dv]
+        out = acc_ref[...] / l_ref[...]  # [{tiles} * block_q, dv]
 {store}
 
 
@@ -208,6 +229,7 @@ def computation({args}):
     kv_heads, kv_seq, dv = k_sizes[1], k_sizes[2], v_sizes[3]
     group = heads // kv_heads
     hb = HEADS_PER_STEP if group % HEADS_PER_STEP == 0 else 1
+{"    bb = BATCH_PER_STEP if batch % BATCH_PER_STEP == 0 else 1" + chr(10) if stacked else ""}\
     block_q = _block(seq, BLOCK_Q)
     block_kv = {"block_q" if paired else "_block(kv_seq, BLOCK_KV)"}
     rows = CHUNK_ROWS if block_q % CHUNK_ROWS == 0 else block_q
@@ -226,13 +248,13 @@ def computation({args}):
 
     if TRANSPOSE_K:
 {_prepare("k", f"a{spec.k}", spec.k_order, ("b", "h", "d", "s"), indent="        ")}\
-        k_spec = pl.BlockSpec((None, None, d, block_kv), lambda b, hh, i, j: (b, kv_head(hh), 0, kv_at(i, j)))
+        k_spec = pl.BlockSpec(({lead}, None, d, block_kv), lambda b, hh, i, j: (b, kv_head(hh), 0, kv_at(i, j)))
     else:
 {_prepare("k", f"a{spec.k}", spec.k_order, ROLES, k_lanes, indent="        ")}\
         k_spec = {k_spec}
 
     def kernel(*refs):
-        return _kernel(*refs, block_q=block_q, block_kv=block_kv, hb=hb, d=d, dv=dv, n_q=n_q, rows=rows)
+        return _kernel(*refs, {kernel_args})
 
     out = pl.pallas_call(
         kernel,
@@ -241,8 +263,7 @@ def computation({args}):
                   {v_spec}{bias_in_spec}],
         out_specs={o_spec},
         out_shape=jax.ShapeDtypeStruct({o_shape}, jnp.{spec.out_dtype}),
-        scratch_shapes=[pltpu.VMEM((hb * block_q, 1), jnp.float32), pltpu.VMEM((hb * block_q, 1), jnp.float32),
-                        pltpu.VMEM((hb * block_q, dv), jnp.float32)],
+        scratch_shapes={scratch},
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "parallel", "arbitrary"),
             vmem_limit_bytes=VMEM_LIMIT_BYTES),
