@@ -184,7 +184,7 @@ def load_graph(s: Session, session_id: str) -> tuple[Graph, dict[int, Candidate]
 def _beyond_vmem(c: Candidate, e: Evaluation | None) -> bool:
     """A parametric move (a child with tunables set) the compiler refused for the chip's VMEM."""
     return (e is not None and c.parent_id is not None and (c.meta or {}).get("params") is not None
-            and e.verdict == "compile_error" and ((e.result or {}).get("error") or {}).get("kind") == "vmem_oom")
+            and e.verdict == "compile_error" and e.error_kind == "vmem_oom")
 
 
 def _options(candidates: dict[int, Candidate], family: str | None, brain: str | None):

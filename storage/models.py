@@ -116,6 +116,11 @@ class Evaluation(SQLModel, table=True):
     runner_id: str | None = None
     created_at: float = Field(default_factory=now)
 
+    @property
+    def error_kind(self) -> str | None:
+        """The kind of error the evaluator reported (`vmem_oom`, `timeout`, ...), None where it reported none."""
+        return ((self.result or {}).get("error") or {}).get("kind")
+
 
 class KernelSession(SQLModel, table=True):
     __tablename__ = "sessions"

@@ -93,8 +93,7 @@ def _run_to_end(engine: Any, session_id: str, *, quiet: bool) -> dict[str, Any]:
         target = sessions.get_session(s, session_id=session_id).target
         beyond = {n.id for n in graph.nodes if n.infeasible}  # said apart: they cost no evaluation
         failures = render.failure_counts(
-            [(e.verdict, e.stage, ((e.result or {}).get("error") or {}).get("kind")) for cid, e in evaluations.items()
-             if cid not in beyond]
+            [(e.verdict, e.stage, e.error_kind) for cid, e in evaluations.items() if cid not in beyond]
             + [("failed", "generate", str(c.meta["error"]).split(":")[0]) for c in candidates.values()
                if (c.meta or {}).get("error")])
     picture = render_search_graph(graph, settings.artifacts_dir / "sessions" / session_id / "search_graph.png",
