@@ -39,11 +39,11 @@ def _roofline(chip: ChipSpec, configs: list[Configuration], cand: list[Candidate
               ref: list[CompileAnswer], used: list[list[float]] | None = None) -> Roofline:
     """The task's work (the reference's FLOPs) against its compulsory traffic: the inputs it reads, read once, and
     its outputs written once (an input the reference ignores costs nothing; of one it masks with a constant
-    predicate, only the share its outputs can depend on: a causal attention's score bias, below the diagonal). Matmul work the candidate's program
-    cannot do (beyond the most its kernels' bodies and grids and its XLA ops can: a mixture of experts' unchosen
-    experts, which the reference computes and weights by zero) is not counted: a time below the reference's FLOPs
-    at peak is then what skipping that work gives, and correctness, checked on every input set and while timing,
-    decides whether the skipped work was needed."""
+    predicate, only the share its outputs can depend on: a causal attention's score bias, below the diagonal).
+    Matmul work the candidate's program cannot do (beyond the most its kernels' bodies and grids and its XLA ops
+    can: a mixture of experts' unchosen experts, which the reference computes and weights by zero) is not counted:
+    a time below the reference's FLOPs at peak is then what skipping that work gives, and correctness, checked on
+    every input set and while timing, decides whether the skipped work was needed."""
     flops = sum(r.cost.get("flops", 0.0) - _skipped_flops(c, r) for c, r in zip(cand, ref, strict=True))
     reads = [u if u else [1.0] * len(cfg.dynamic) for cfg, u in zip(configs, used or [None] * len(configs),
                                                                      strict=True)]
