@@ -149,6 +149,14 @@ def main() -> None:
         ref_ms, want = fastest_ms(jax.jit(lambda *a: reference(*a, *config.static)), arrays, args.calls, args.repeat)
         print(f"{task.task_id} on {jax.devices()[0].device_kind}: XLA {ref_ms:.3f} ms; {len(kernels)} kernels",
               flush=True)
+
+        def cut_ms(cut: str, name: str) -> float:
+            """A module cut after one of its pallas_calls, timed as the whole kernel is."""
+            head = _load(cut, Path(tmp), name)
+            with interpret_mode(args.interpret):
+                return fastest_ms(jax.jit(lambda *a: head.computation(*a, *config.static)), arrays, args.calls,
+                                  args.repeat)[0]
+
         rows: list[dict[str, Any]] = []
         for k, (name, params) in enumerate(kernels):
             row: dict[str, Any] = {"variant": name, "params": params}
@@ -163,19 +171,12 @@ def main() -> None:
                 if args.stages:
                     row["stages_ms"] = []
                     while (cut := cut_after_kernel(source, len(row["stages_ms"]))) is not None:
-                        head = _load(cut, Path(tmp), f"variant_{k}_stage_{len(row['stages_ms'])}")
-                        with interpret_mode(args.interpret):
-                            stage_ms, _ = fastest_ms(jax.jit(lambda *a, m=head: m.computation(*a, *config.static)),
-                                                     arrays, args.calls, args.repeat)
-                        row["stages_ms"].append(stage_ms)
+                        row["stages_ms"].append(cut_ms(cut, f"variant_{k}_stage_{len(row['stages_ms'])}"))
                     alone = "  (to each pallas_call's output: " + ", ".join(f"{t:.3f}" for t in row["stages_ms"]) \
                         + " ms)"
                 cut = cut_after_kernel(source) if args.kernel_alone else None
                 if cut is not None:
-                    head = _load(cut, Path(tmp), f"variant_{k}_alone")
-                    with interpret_mode(args.interpret):
-                        row["kernel_ms"], _ = fastest_ms(jax.jit(lambda *a, m=head: m.computation(*a, *config.static)),
-                                                         arrays, args.calls, args.repeat)
+                    row["kernel_ms"] = cut_ms(cut, f"variant_{k}_alone")
                     alone = f"  (to the kernel's output {row['kernel_ms']:.3f} ms, after it " \
                         f"{ms - row['kernel_ms']:.3f})"
                 print(f"  {name:36s} {ms:9.3f} ms  x{ref_ms / ms:5.2f}  max |diff| {row['max_diff']:.3g}{alone}",

@@ -16,6 +16,21 @@ INLINE_CALLS = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr", "c
                 "custom_vjp_call": "call_jaxpr", "custom_vjp_call_jaxpr": "fun_jaxpr"}
 
 
+def closed_jaxpr(jaxpr: Any) -> jex_core.ClosedJaxpr:
+    """A jaxpr as a closed one (without constants where it has none)."""
+    return jaxpr if isinstance(jaxpr, jex_core.ClosedJaxpr) else jex_core.ClosedJaxpr(jaxpr, ())
+
+
+def inline_body(eqn: Any) -> Any | None:
+    """The body of an inline call that takes the call's arguments one for one (its invars are the eqn's), or None
+    for any other equation."""
+    key = INLINE_CALLS.get(eqn.primitive.name)
+    inner = eqn.params.get(key) if key else None
+    if inner is None or len(getattr(inner, "jaxpr", inner).invars) != len(eqn.invars):
+        return None
+    return inner
+
+
 def sub_jaxprs(value: Any) -> Iterator[Any]:
     if isinstance(value, jex_core.ClosedJaxpr):
         yield value.jaxpr

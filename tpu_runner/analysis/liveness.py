@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from jax.extend import core as jex_core
 
-from tpu_runner.analysis.jaxpr_walk import INLINE_CALLS
+from tpu_runner.analysis.jaxpr_walk import closed_jaxpr, inline_body
 
 # Booleans per value at most (64 MiB each): larger programs (5p at its production shape: 4.3G scores) keep whole
 # inputs.
@@ -25,17 +25,10 @@ MAX_ELEMENTS = 2**26
 
 _ELEMENTWISE = {"add", "sub", "mul", "div", "max", "min", "neg", "exp", "exp2", "log", "log1p", "tanh", "logistic",
                 "abs", "sign", "sqrt", "rsqrt", "square", "integer_pow", "pow", "convert_element_type", "erf",
-                "expm1", "sin", "cos", "floor", "ceil", "round", "clamp", "copy", "copy_p", "not", "and", "or",
-                "eq", "ne", "lt", "le", "gt", "ge", "select_n", "nextafter", "is_finite", "reduce_precision",
-                "stop_gradient"}
-
-
-def _inner(eqn: Any) -> Any | None:
-    key = INLINE_CALLS.get(eqn.primitive.name)
-    inner = eqn.params.get(key) if key else None
-    if inner is None or len(getattr(inner, "jaxpr", inner).invars) != len(eqn.invars):
-        return None
-    return inner
+                "expm1", "sin", "cos", "floor", "ceil", "round", "clamp", "copy", "not", "and", "or",
+                "eq", "ne", "lt", "le", "gt", "ge", "nextafter", "is_finite", "reduce_precision", "stop_gradient"}
+# Ops that only rearrange their first operand's elements: liveness goes back through them element by element.
+_RESHAPES = {"reshape", "squeeze"}
 
 
 def _is_var(v: Any) -> bool:
@@ -49,7 +42,7 @@ def _constant_select(jaxpr: Any, tainted_in: list[bool]) -> tuple[list[bool], bo
     found = False
     for eqn in jaxpr.eqns:
         ins = [_is_var(v) and v in tainted for v in eqn.invars]
-        inner = _inner(eqn)
+        inner = inline_body(eqn)
         if inner is not None:
             outs, inner_found = _constant_select(getattr(inner, "jaxpr", inner), ins)
             found |= inner_found
@@ -64,10 +57,6 @@ def _constant_select(jaxpr: Any, tainted_in: list[bool]) -> tuple[list[bool], bo
 
 def _size(v: Any) -> int:
     return int(np.prod(getattr(v.aval, "shape", ()), dtype=np.int64))
-
-
-def _closed(inner: Any) -> Any:
-    return inner if isinstance(inner, jex_core.ClosedJaxpr) else jex_core.ClosedJaxpr(inner, [])
 
 
 class _Constants:
@@ -91,9 +80,9 @@ class _Constants:
         if eqn is not None:
             args = [self.constant(x) for x in eqn.invars]
             if all(a is not None for a in args):
-                inner = _inner(eqn)
+                inner = inline_body(eqn)
                 if inner is not None:
-                    outs = jex_core.jaxpr_as_fun(_closed(inner))(*args)
+                    outs = jex_core.jaxpr_as_fun(closed_jaxpr(inner))(*args)
                 else:
                     outs = eqn.primitive.bind(*args, **eqn.params)
                     outs = outs if eqn.primitive.multiple_results else [outs]
@@ -131,12 +120,10 @@ def _operand_live(eqn: Any, index: int, out_live: np.ndarray, const: Callable[[A
         dims = eqn.params["broadcast_dimensions"]
         other = tuple(a for a in range(out_live.ndim) if a not in dims)
         return _collapsed(out_live.any(axis=other) if other else out_live, shape)
-    if name == "reshape" and index == 0:
+    if name in _RESHAPES and index == 0:
         return out_live.reshape(shape)
     if name == "transpose":
         return np.transpose(out_live, np.argsort(eqn.params["permutation"]))
-    if name == "squeeze":
-        return out_live.reshape(shape)
     if name == "slice":
         live = np.zeros(shape, bool)
         strides = eqn.params["strides"] or (1,) * len(shape)
@@ -154,17 +141,11 @@ def _backward(jaxpr: Any, consts: list[Any], out_live: list[np.ndarray | bool],
     state = _Constants(jaxpr, consts, known)
     live: dict[Any, np.ndarray | bool] = {}
 
-    def add(v: Any, value: np.ndarray | bool) -> None:
-        if not _is_var(v):
+    def add(v: Any, value: np.ndarray | bool) -> None:  # a var read in several places: live where any reads it
+        if not _is_var(v) or value is False:
             return
         old = live.get(v, False)
-        if isinstance(value, bool) or isinstance(old, bool):
-            if value is True or old is True:
-                live[v] = True
-            else:
-                live[v] = value if isinstance(old, bool) else old
-            return
-        live[v] = old | value
+        live[v] = True if old is True or value is True else value if old is False else old | value
 
     for v, value in zip(jaxpr.outvars, out_live, strict=True):
         add(v, value)
@@ -172,9 +153,9 @@ def _backward(jaxpr: Any, consts: list[Any], out_live: list[np.ndarray | bool],
         outs = [live.get(v, False) for v in eqn.outvars]
         if not any(o is True or (not isinstance(o, bool) and o.any()) for o in outs):
             continue
-        inner = _inner(eqn)
+        inner = inline_body(eqn)
         if inner is not None:
-            closed = _closed(inner)
+            closed = closed_jaxpr(inner)
             known = [state.constant(v) for v in eqn.invars]
             for v, value in zip(eqn.invars, _backward(closed.jaxpr, closed.consts, outs, known), strict=True):
                 add(v, value)

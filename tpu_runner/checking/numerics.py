@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jex_core
 
-from tpu_runner.analysis.jaxpr_walk import INLINE_CALLS, iter_eqns, sub_jaxprs
+from tpu_runner.analysis.jaxpr_walk import INLINE_CALLS, closed_jaxpr, iter_eqns, sub_jaxprs
 from tpu_runner.analysis.separable import Slicing, same_program, slicings
 
 ROUNDED_PRIMITIVES = frozenset({"dot_general", "conv_general_dilated"})
@@ -114,10 +114,6 @@ def _touches(jaxpr: Any, rule: Rule) -> bool:
     return any(rule.touches(eqn) for eqn in iter_eqns(jaxpr))
 
 
-def _closed(jaxpr: Any) -> jex_core.ClosedJaxpr:
-    return jaxpr if isinstance(jaxpr, jex_core.ClosedJaxpr) else jex_core.ClosedJaxpr(jaxpr, ())
-
-
 def _rewritten(closed: jex_core.ClosedJaxpr, rule: Rule) -> jex_core.ClosedJaxpr:
     """A control-flow body rewritten by the rule, as a closed jaxpr over its (rewritten) operand types."""
     avals = [jax.ShapeDtypeStruct(a.shape, rule.value(np.zeros((), a.dtype)).dtype
@@ -131,7 +127,7 @@ def _apply(eqn: Any, args: list[Any], rule: Rule) -> list[Any]:
         return direct
     key = INLINE_CALLS.get(eqn.primitive.name)
     if key is not None and key in eqn.params and _touches(eqn.params[key], rule):
-        return list(evaluate(_closed(eqn.params[key]), args, rule))
+        return list(evaluate(closed_jaxpr(eqn.params[key]), args, rule))
     params = rule.params(eqn)
     if any(_touches(sub, rule) for value in eqn.params.values() for sub in sub_jaxprs(value)):
         for k, v in eqn.params.items():

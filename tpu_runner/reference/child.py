@@ -20,7 +20,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from tpu_runner.analysis.jaxpr_walk import INLINE_CALLS
+from tpu_runner.analysis.jaxpr_walk import inline_body
 from tpu_runner.analysis.liveness import read_fractions
 from tpu_runner.checking import (
     OutputSet,
@@ -62,9 +62,8 @@ def used_inputs(closed: Any) -> list[bool]:
     jaxpr = getattr(closed, "jaxpr", closed)
     read: set[Any] = {v for v in jaxpr.outvars if not hasattr(v, "val")}
     for eqn in jaxpr.eqns:
-        key = INLINE_CALLS.get(eqn.primitive.name)
-        inner = eqn.params.get(key) if key else None
-        if inner is not None and len(getattr(inner, "jaxpr", inner).invars) == len(eqn.invars):
+        inner = inline_body(eqn)
+        if inner is not None:
             read |= {v for v, used in zip(eqn.invars, used_inputs(inner), strict=True)
                      if used and not hasattr(v, "val")}
         else:

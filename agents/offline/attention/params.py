@@ -83,11 +83,12 @@ def choose_params(spec: AttentionShape, chip: ChipSpec) -> tuple[AttentionParams
     # A bias shared by the batch is the largest input of all (5p: 64 x 4096 x 4096 against q's 4 x 64 x 4096 x 128):
     # read per batch element, it outweighs the MXU's time; stacked, one tile serves the whole stack.
     bb = floor_in(space["BATCH_PER_STEP"], max(1, 8 // hb)) if "BATCH_PER_STEP" in space else None
+    stacked = bb is not None and bb > 1
     # Measured on a v5e: chunks of rows pay against key blocks of 1024 (not of 512); the MXU's row sums pay on
     # whole blocks, the VPU's on chunks.
     # With batch elements stacked (5p: 4 of them), whole blocks ran faster than chunks: 9.51 ms against 11.10.
-    rows = floor_in(space["CHUNK_ROWS"], 256 if bkv >= 1024 and not (bb and bb > 1) else bq)
-    sums_on_mxu = (rows >= bq and not (bb and bb > 1)) if "ROW_SUMS_ON_MXU" in space else None
+    rows = floor_in(space["CHUNK_ROWS"], 256 if bkv >= 1024 and not stacked else bq)
+    sums_on_mxu = (rows >= bq and not stacked) if "ROW_SUMS_ON_MXU" in space else None
     flops = 4 * spec.batch * spec.heads * spec.seq * spec.kv_seq * spec.head_dim / (2 if spec.causal else 1)
     size = itemsize(spec.dtype)
     q_bytes = spec.batch * spec.heads * spec.seq * spec.head_dim * size
@@ -129,7 +130,7 @@ def choose_params(spec: AttentionShape, chip: ChipSpec) -> tuple[AttentionParams
         reasons.append("The scale multiplies q (d columns) rather than the scores (block_kv columns).")
     if spec.bias is not None:
         reasons.append("The score bias is read one (query block x key block) tile at a time beside the scores.")
-    if bb is not None and bb > 1:
+    if stacked:
         bias_bytes = spec.heads * spec.seq * spec.kv_seq * size / (2 if square else 1)
         reasons.append(f"The bias has no batch axis: {bb} batch elements share each grid step, so each of its tiles "
                        f"is read once per {bb} (~{bias_bytes * spec.batch / bb / MiB:.0f} MiB read in all "
