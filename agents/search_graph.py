@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agents.search_decide import Graph, Node
+from tpu_runner.drawing import draws_alone
 
 _FILL = {"pending": "#FFFFFF", "duplicate": "#D0D0D0", "failed": "#F4A6A6"}
 
@@ -45,6 +46,7 @@ def label(node: Node) -> str:
     return f"{head}\n{value}"
 
 
+@draws_alone
 def render_search_graph(graph: Graph, path: Path, *, title: str) -> Path:
     # Here, not at the top: matplotlib is slow to import and only drawing needs it; the headless backend must be
     # chosen before pyplot is imported.

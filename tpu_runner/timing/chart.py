@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tpu_runner.drawing import draws_alone
 from tpu_runner.hardware import CHIPS
 
 TOP_OPS = 5  # per program; the rest are one "other" bar
@@ -139,8 +140,9 @@ def _draw_kernels(ax: Any, panel: RightPanel) -> None:
     ax.set_title(panel.title, fontsize=9)
 
 
+@draws_alone
 def render_profile_chart(profile: dict[str, Any], path: Path, *, title: str) -> Path:
-    # The Figure API, not pyplot: charts are drawn from several threads at once (evaluations, the notifier).
+    # The Figure API, not pyplot: no global figure state; one chart at a time all the same (`draws_alone`).
     from matplotlib.figure import Figure
 
     ref, cand, roof = profile["reference"], profile["candidate"], profile["roofline"]

@@ -24,6 +24,7 @@ from bot.slack.visibility import Audience
 from bot.speedup import no_clear_gain, speedup_text, stored_band
 from storage import digests, queue, runners, sessions
 from storage.models import DigestRun, Evaluation, KernelSession
+from tpu_runner.drawing import draws_alone
 
 DAY_SECONDS = 24 * 3600.0
 STALE_SECONDS = 120.0  # a runner not heard from for longer is stale
@@ -290,6 +291,7 @@ def digest_text(payload: dict[str, Any], section_chars: int = PREVIEW_CHARS) -> 
     return "\n\n".join([f"*Kernel digest* {span}".rstrip(), *digest_sections(payload, section_chars)])
 
 
+@draws_alone
 def digest_chart(payload: dict[str, Any]) -> bytes | None:
     """A PNG of the best speedup per task among the period's new best kernels; None when there is none."""
     best: dict[str, dict[str, Any]] = {}
@@ -301,7 +303,7 @@ def digest_chart(payload: dict[str, Any]) -> bytes | None:
             best[item["task"]] = item
     if not best:
         return None
-    from matplotlib.figure import Figure  # the object API: no pyplot state, safe in the notifier's threads
+    from matplotlib.figure import Figure  # the object API: no pyplot state (and one chart at a time: draws_alone)
 
     items = sorted(best.values(), key=lambda i: i["speedup"])[-25:]
     fig = Figure(figsize=(7, 1.2 + 0.35 * len(items)))
