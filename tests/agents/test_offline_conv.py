@@ -177,6 +177,11 @@ def test_convolutions_get_ok_kernels(tmp_path: Path, settings: Settings, verdict
     assert specs[3].phases == ((2, 2, 24), (2, 2, 252)) and not specs[3].x_pads
     # 35 x 42 padded, 17 x 20 outputs: four phases of 16 channels, 2 x 2 taps, an 18 x 21 image
     assert (specs[4].c_in, specs[4].window, specs[4].in_spatial) == (64, (2, 2), (18, 21))
+    # Planes whose blocks end in 126-wide rows: a v5e's plan says what their writes cost there (a rate measured on
+    # that chip, `untiled_dma_bandwidth`); a v6e's, where none is measured, says nothing of it
+    untiled = "not whole (16, 128) tiles of bfloat16: v5e moves such blocks at ~"
+    assert any(untiled in line for line in choose(specs[2], get_chip("v5e"))[1])
+    assert not any("not whole (" in line for line in choose(specs[2], V6E)[1] + choose(specs[1], get_chip("v5e"))[1])
     plan = choose(specs[1], V6E)[1]
     assert any("rounded to bf16 for the MXU with f32 accumulation" in line for line in plan)  # XLA's default
     requests = []

@@ -13,6 +13,10 @@ Sources, per chip (one chip, one TensorCore view as the 1x1 topologies compile f
   5-50x cheaper to compute (a 1024-step attention kernel: 57 s and 4.9 GB -> 1.1 s and 0.6 GB) but counts
   more cycles for the same op (XLA's 4096^3 bf16 matmul: 5.74M on v5e, 655K on v6e, 2.64M on v5p). Scaled so
   that matmul again lands at 97% of peak; Pallas-vs-XLA ratios then agree with the exact profile within ~15%.
+- untiled_dma_bandwidth: what a Pallas kernel's block DMAs move per second when one, or both, of the block's last
+  two dims are not whole (sublane, lane) tiles (a 3x3 convolution's 126 x 126 planes), measured on the chip by
+  `benchmarks/dma_tiles.py` (v5e: 203-206 and 149-153 GB/s, writes and reads alike, against ~560-620 for whole
+  tiles and ~600 for XLA's own fill of the same array). None where no chip of the kind has been measured.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ class ChipSpec:
     hbm_bytes: int
     clock_hz: float
     fast_forward_rate: float  # fast-forward static-profile cycles per second (see the module docstring)
+    # bytes/s of a Pallas block DMA with one / both of its last two dims not whole tiles (module docstring)
+    untiled_dma_bandwidth: tuple[float, float] | None = None
 
     def cycle_rate(self, mode: str) -> float:
         return self.fast_forward_rate if mode == "fast" else self.clock_hz
@@ -49,6 +55,7 @@ CHIPS: dict[str, ChipSpec] = {
         name="v5e", topology="v5e=1x1", device_kind="TPU v5 lite",
         peak_flops={"bf16": 197e12, "int8": 394e12}, hbm_bandwidth=819e9,
         vmem_bytes=128 * 2**20, hbm_bytes=16 * 2**30, clock_hz=1.5e9, fast_forward_rate=7.99e9,
+        untiled_dma_bandwidth=(203e9, 149e9),
     ),
     "v6e": ChipSpec(
         name="v6e", topology="v6e=1x1", device_kind="TPU v6 lite",

@@ -79,6 +79,27 @@ def _vmem_bytes(spec: ConvShape, block_co: int, block_p: int, chunk: int) -> int
 
 
 
+def untiled_writes(spec: ConvShape, chip: ChipSpec, block_p: int) -> str | None:
+    """Why the output's writes cost more than its bytes at HBM bandwidth, where the kernel writes planes whose
+    blocks end in dims that are not whole (sublane, lane) tiles and the chip's rate for such DMAs is measured."""
+    if not writes_planes(spec) or chip.untiled_dma_bandwidth is None:
+        return None
+    rows = spec.out_spatial[0] if spec.mode == PLANE else block_p // math.prod(spec.in_spatial[1:])
+    tail = ((rows,) + tuple(spec.out_spatial[1:]))[-2:]
+    sublanes = 8 * max(1, 4 // itemsize(spec.output.dtype))
+    off = (tail[0] % sublanes != 0) + (tail[1] % 128 != 0)
+    if not off:
+        return None
+    rate = chip.untiled_dma_bandwidth[off - 1]
+    out_bytes = spec.output.size * itemsize(spec.output.dtype)
+    return (f"Its output blocks end in {tail[0]} x {tail[1]}, not whole ({sublanes}, 128) tiles of "
+            f"{spec.output.dtype}: {chip.name} moves such blocks at ~{rate / 1e9:.0f} GB/s (measured by "
+            f"benchmarks/dma_tiles.py; ~560 for whole tiles), so writing the {out_bytes / MiB:.3g} MiB output takes "
+            f"at least {out_bytes / rate * 1e3:.3g} ms (against {out_bytes / chip.hbm_bandwidth * 1e3:.3g} at full "
+            "bandwidth) whatever the kernel computes. The same array is no faster written another way: whole tiles "
+            "cropped by XLA after the kernel took as long on that chip.")
+
+
 def choose_params(spec: ConvShape, chip: ChipSpec) -> tuple[ConvParams, list[str]]:
     """The brain's first choice in the space, and why (the first sentence: the roofline)."""
     space = conv_space(spec)
@@ -148,6 +169,9 @@ def choose_params(spec: ConvShape, chip: ChipSpec) -> tuple[ConvParams, list[str
                            "over the width), the kernel took 5.8 of 29.6 ms and XLA's crop of the wide rows and "
                            "interleave of the width's phases on the lanes most of the rest: x0.89 of XLA's speed, "
                            "against x0.68 for the dense form over the dilated image.")
+    untiled = untiled_writes(spec, chip, block_p)
+    if untiled:
+        reasons.append(untiled)
     if spec.mode == POOL:
         reasons.append("The global pool accumulates across the position axis ('arbitrary'); only [N, C] is "
                        "written back.")
@@ -156,10 +180,10 @@ def choose_params(spec: ConvShape, chip: ChipSpec) -> tuple[ConvParams, list[str
                        "the conv result never leaves VMEM before it is normalised.")
         if chip.name == "v5e":  # what the chip said of this form (docs/tpu-host.md)
             reasons.append("Expect no gain over XLA on a v5e: measured there, this form (a 3x3 convolution of 64 to "
-                           "128 channels, then an instance norm) ran at x0.68-x0.82 of XLA's speed, its vector "
-                           "work (the taps shifted into the patch, the norm's passes over the plane) being what "
-                           "XLA's own convolution does better; it is the offline brain's only form for plane "
-                           "statistics.")
+                           "128 channels, then an instance norm) ran at x0.81 of XLA's speed (6.73 ms against "
+                           "5.44); with its taps, its dot and its norm taken out, moving each sample in and its "
+                           "126 x 126 planes out still took 3.9 ms, and the three added 0.4, 1.1 and 1.6 ms to it, "
+                           "not overlapped. It is the offline brain's only form for plane statistics.")
     if not spec.highest and "float32" in (spec.dtype, spec.w_dtype):
         reasons.append("f32 operands are rounded to bf16 for the MXU with f32 accumulation, as XLA computes a "
                        "default-precision convolution on TPU.")
