@@ -15,8 +15,9 @@ Sources, per chip (one chip, one TensorCore view as the 1x1 topologies compile f
   that matmul again lands at 97% of peak; Pallas-vs-XLA ratios then agree with the exact profile within ~15%.
 - untiled_dma_bandwidth: what a Pallas kernel's block DMAs move per second when one, or both, of the block's last
   two dims are not whole (sublane, lane) tiles (a 3x3 convolution's 126 x 126 planes), measured on the chip by
-  `benchmarks/dma_tiles.py` (v5e: 203-206 and 149-153 GB/s, writes and reads alike, against ~560-620 for whole
-  tiles and ~600 for XLA's own fill of the same array). None where no chip of the kind has been measured.
+  `benchmarks/dma_tiles.py` (v5e: written at 203-206 GB/s with one dim off and 149 with both, read at 153 with
+  both, against ~560-620 for whole tiles and ~600 for XLA's own fill of the same array). None where no chip of
+  the kind has been measured.
 """
 
 from __future__ import annotations

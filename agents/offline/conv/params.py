@@ -96,8 +96,8 @@ def untiled_writes(spec: ConvShape, chip: ChipSpec, block_p: int) -> str | None:
             f"{spec.output.dtype}: {chip.name} moves such blocks at ~{rate / 1e9:.0f} GB/s (measured by "
             f"benchmarks/dma_tiles.py; ~560 for whole tiles), so writing the {out_bytes / MiB:.3g} MiB output takes "
             f"at least {out_bytes / rate * 1e3:.3g} ms (against {out_bytes / chip.hbm_bandwidth * 1e3:.3g} at full "
-            "bandwidth) whatever the kernel computes. The same array is no faster written another way: whole tiles "
-            "cropped by XLA after the kernel took as long on that chip.")
+            "bandwidth) whatever the kernel computes. The same array is no faster written another way: 126 x 126 "
+            "planes written as whole tiles and cropped by XLA after the kernel took as long on that chip.")
 
 
 def choose_params(spec: ConvShape, chip: ChipSpec) -> tuple[ConvParams, list[str]]:
