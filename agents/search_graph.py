@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agents.search_decide import Graph, Node
-from tpu_runner.drawing import draws_alone
+from tpu_runner.reports import draws_alone
 
 _FILL = {"pending": "#FFFFFF", "duplicate": "#D0D0D0", "failed": "#F4A6A6"}
 

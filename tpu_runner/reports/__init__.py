@@ -1,6 +1,6 @@
 """What the evaluator and its children say to each other and answer: the result (`result`), the structured errors made
-from JAX, Pallas, Mosaic and XLA exceptions (`errors`), and the typed records of the parent-child protocol
-(`protocol`)."""
+from JAX, Pallas, Mosaic and XLA exceptions (`errors`), the typed records of the parent-child protocol
+(`protocol`), and the one-chart-at-a-time rule every chart shown to people is drawn under (`drawing`)."""
 
 from tpu_runner import lazy_exports
 
@@ -15,4 +15,5 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "ReferenceReport": "protocol", "ReferenceRequest": "protocol", "SandboxLimits": "protocol", "timed": "protocol",
     "MEMORY_LIMIT_ENV": "protocol", "KeptDifference": "protocol",
     "write_json": "protocol",
+    "draws_alone": "drawing",
 })

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tpu_runner.drawing import draws_alone
 from tpu_runner.hardware import CHIPS
+from tpu_runner.reports import draws_alone
 
 TOP_OPS = 5  # per program; the rest are one "other" bar
 COLOURS = {"candidate": "#55A868", "reference": "#4C72B0"}

@@ -24,7 +24,7 @@ from bot.slack.visibility import Audience
 from bot.speedup import no_clear_gain, speedup_text, stored_band
 from storage import digests, queue, runners, sessions
 from storage.models import DigestRun, Evaluation, KernelSession
-from tpu_runner.drawing import draws_alone
+from tpu_runner.reports import draws_alone
 
 DAY_SECONDS = 24 * 3600.0
 STALE_SECONDS = 120.0  # a runner not heard from for longer is stale
