@@ -7,10 +7,11 @@ such an array block by block (a grid over the leading axis, one block a step, no
 reads one, beside the same with whole tiles and beside XLA's own fill of the same array; each line says the time
 (the fastest of --repeat rounds of --calls back-to-back calls, wall clock) and the valid bytes per second.
 
-Measured on a v5e (2026-12-07; 128 planes of 128 x 126 x 126 bf16, 520 MB): the kernel wrote them in 3.54 ms
-(147 GB/s), its blocks of 16 or 128 channels alike, a manual DMA from VMEM (memory space ANY) 3.73; 126 x 128
-planes 2.59, 128 x 126 2.52, 128 x 128 0.95 and 112 x 128 0.83; f32 126 x 126 5.50. XLA filled the 126 x 126 array
-in 0.89 ms, and a kernel writing 128 x 128 planes with XLA's crop after it took 3.54. So a kernel whose output ends
+Measured on a v5e (2026-12-07; 128 planes of 128 x 126 x 126 bf16, 520 MB), this script: the kernel wrote them in
+3.50 ms (149 GB/s) and read them in 3.39; 126 x 128 planes 2.57, 128 x 126 2.52, 128 x 128 0.93 (read 0.84); f32
+126 x 126 5.48; XLA filled the 126 x 126 array in 0.87 ms. Probes beside it: blocks of 16 channels as slow as 128,
+a manual DMA from VMEM (memory space ANY) 3.73, 112 x 128 planes 0.83, and 128 x 128 planes with XLA's crop
+after the kernel 3.54 in all. So a kernel whose output ends
 in such dimensions pays ~4x XLA's time for its writes (22k's convolution: 3.9 of its 6.9 ms with its compute taken
 out), with no layout of the same array that avoids it.
 
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,24 +35,12 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax.experimental import pallas as pl  # noqa: E402
 from jax.experimental.pallas import tpu as pltpu  # noqa: E402
+from kernel_variants import fastest_ms  # noqa: E402 - benchmarks/, this script's own folder
 
 from tpu_runner.checking.correctness import interpret_mode  # noqa: E402
 
 _SEED = (8, 128)  # a whole f32 tile the fill depends on, so XLA cannot fold it into a constant
 _VMEM_LIMIT = 100 * 2**20
-
-
-def fastest_ms(fn: Callable[..., Any], args: list[Any], calls: int, repeat: int) -> float:
-    """The fastest of `repeat` rounds of `calls` back-to-back calls, per call, after one warm-up call."""
-    jax.block_until_ready(fn(*args))
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(calls):
-            out = fn(*args)
-        jax.block_until_ready(out)
-        best = min(best, (time.perf_counter() - start) / calls)
-    return best * 1e3
 
 
 def kernel_write(shape: tuple[int, ...], dtype: Any) -> Callable[[jax.Array], jax.Array]:
@@ -113,7 +101,7 @@ def main() -> None:
     for name, fn, inputs in rows:
         try:
             with interpret_mode(args.interpret):
-                ms = fastest_ms(jax.jit(fn), inputs, args.calls, args.repeat)
+                ms = fastest_ms(jax.jit(fn), inputs, args.calls, args.repeat)[0]
             print(f"  {name:44s} {ms:8.3f} ms  {base / ms / 1e6:6.0f} GB/s", flush=True)
         except Exception as exc:  # noqa: BLE001 - a shape this chip refuses is a row saying why
             print(f"  {name:44s} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}", flush=True)
