@@ -57,7 +57,11 @@ def test_beam_search_evaluates_each_program_once_and_keeps_the_best(search_setti
         result = outcome(s, session_id)
         graph, candidates, evaluations = load_graph(s, session_id)
         jobs = s.exec(select(Job).where(Job.session_id == session_id)).all()
-    assert result.evaluations == len(evaluations) <= 4
+    # A move the compiler refuses for the chip's VMEM is recorded but spends none of the budget; which moves a beam
+    # makes depends on which of its two workers finishes first, so some runs have one and some none.
+    refused = [cid for cid, e in evaluations.items() if e.error_kind == "vmem_oom"]
+    assert result.infeasible == len(refused)
+    assert result.evaluations == len(evaluations) - len(refused) <= 4
     ok = [e.speedup for e in evaluations.values() if e.verdict == "ok"]
     assert ok and result.speedup == max(ok) and result.verdict == "ok"  # never worse than its best evaluation
     assert Path(result.kernel_path or "").read_text() == candidates[result.best_candidate_id].code
@@ -65,7 +69,7 @@ def test_beam_search_evaluates_each_program_once_and_keeps_the_best(search_setti
     duplicates = [c for c in candidates.values() if c.duplicate_of is not None]
     assert duplicates and result.duplicates == len(duplicates)
     assert all(c.id not in evaluations for c in duplicates)
-    hashes = [candidates[cid].ir_hash for cid in evaluations]
+    hashes = [candidates[cid].ir_hash for cid in evaluations if cid not in refused]
     assert None not in hashes and len(set(hashes)) == len(hashes)
     assert all(j.status == "done" for j in jobs) and len(jobs) == len(candidates)
     assert all(c.strategy for c in candidates.values())
