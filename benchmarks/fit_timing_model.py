@@ -129,7 +129,9 @@ def main() -> None:
     if args.write:
         path = calibration.FITTED / f"{target}.json"
         path.parent.mkdir(exist_ok=True)
+        kept = json.loads(path.read_text()).get("kernel") if path.is_file() else None  # fit_kernel_model.py's
         path.write_text(json.dumps({
+            **({"kernel": kept} if kept else {}),
             "target": target, "workloads": len(data), "fidelity": fidelity,
             "measured_from": sorted({w.get("measured_from", "?") for w in raw.values()}),
             "made_by": "benchmarks/estimate_fidelity.py --measured-log LOG --dump D; "
@@ -154,10 +156,11 @@ MIN_CLASS_WORKLOADS = 3
 
 
 def _band(trues: list[float]) -> tuple[float, float]:
-    """The 10th and 90th percentiles of true / estimated time, and at least +-10%."""
+    """The 10th and 90th percentiles of true / estimated time, and at least +-10%, rounded outwards (so the
+    workloads at a percentile stay inside it: many kernels' times sit within 1% of each other)."""
     lo = min(0.9, trues[int(0.1 * (len(trues) - 1))])
     hi = max(1.1, trues[math.ceil(0.9 * (len(trues) - 1))])
-    return round(lo, 2), round(hi, 2)
+    return math.floor(lo * 100) / 100, math.ceil(hi * 100) / 100
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ compiles), their time, and the band an estimate carries."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -104,6 +105,26 @@ def test_a_profiled_kernel_takes_at_least_the_tasks_flops_at_the_mxu_peak():
     assert small.compute_seconds == pytest.approx(13_780 / V6E.cycle_rate("fast"))  # the profile, where it is more
 
 
+def test_a_kernel_takes_at_least_the_tasks_elementwise_work_where_the_chip_has_a_vector_rate():
+    # 39k on a v5e: its GELU over 528M outputs in a loop whose body the profile counts once.
+    profiled = CompileAnswer(True, hlo_text=KERNEL_HLO, ops=[("my_kernel_body.1", 13_780)], profiled=True)
+    rated = dataclasses.replace(calibration.for_target("v6e"), kernel_vpu_per_cycle=4096.0)
+    args = {"mode": "fast", "kernel_bytes": 8e6, "kernel_flops": 76e9, "kernel_steps": 16, "kernel_vpu": 12e9}
+    (floored,) = program_time(V6E, profiled, **args, calibration=rated).ops
+    assert floored.compute_seconds == pytest.approx(12e9 / (4096 * V6E.clock_hz))
+    assert floored.compute_before_vector == pytest.approx(76e9 / V6E.peak_flops["bf16"])  # what a refit starts from
+    assert floored.vector_elements == 12e9
+    unrated = dataclasses.replace(rated, kernel_vpu_per_cycle=None)  # no kernel measured on the chip: as before
+    (plain,) = program_time(V6E, profiled, **args, calibration=unrated).ops
+    assert plain.compute_seconds == pytest.approx(76e9 / V6E.peak_flops["bf16"])
+    (light,) = program_time(V6E, profiled, **{**args, "kernel_vpu": 1e6}, calibration=rated).ops
+    assert light.compute_seconds == plain.compute_seconds  # a floor, never more than the work says
+    # Only kernels: XLA's own ops keep their cost model's figure.
+    (fusion, *_) = program_time(V6E, CompileAnswer(True, hlo_text=BMM), mode="fast", kernel_vpu=1e12,
+                                calibration=rated).ops
+    assert fusion.vector_elements == 0 and fusion.compute_seconds == fusion.compute_before_vector
+
+
 def test_an_answer_read_back_from_json_keeps_its_program():
     from dataclasses import asdict
 
@@ -145,11 +166,11 @@ def test_a_kernels_time_counts_under_the_class_its_band_is_kept_for():
     assert program_band(by_class, "v6e") == calibration.BANDS["kernel"]
 
 
-def _fitted_file(folder: Path, target: str) -> None:
+def _fitted_file(folder: Path, target: str, kernel: dict | None = None) -> None:
     folder.mkdir(exist_ok=True)
     (folder / f"{target}.json").write_text(json.dumps({
         "target": target, "workloads": 3, "factors": {"xla/batched_matmul": 2.0}, "hbm_efficiency": 0.5,
-        "bands": {"batched_matmul": [0.8, 1.3]}, "default_band": [0.7, 1.4]}))
+        "bands": {"batched_matmul": [0.8, 1.3]}, "default_band": [0.7, 1.4], **({"kernel": kernel} if kernel else {})}))
 
 
 def test_a_chip_with_factors_of_its_own_is_estimated_and_banded_by_them(monkeypatch, tmp_path):
@@ -166,6 +187,10 @@ def test_a_chip_with_factors_of_its_own_is_estimated_and_banded_by_them(monkeypa
         assert program_band({"batched_matmul": 1.0}, "v6e") == (0.8, 1.3)  # its own, not widened
         assert program_band({"sort": 1.0}, "v6e") == (0.7, 1.4)
         assert program_band({"kernel": 1.0}, "v6e") == calibration.BANDS["kernel"]
+        assert calibration.for_target("v6e").kernel_vpu_per_cycle is None  # no kernel measured there
+        _fitted_file(tmp_path / "fitted", "v5e", kernel={"vpu_elements_per_cycle": 4096, "band": [0.85, 1.4]})
+        assert calibration.for_target("v5e").kernel_vpu_per_cycle == 4096
+        assert program_band({"kernel": 1.0}, "v5e") == (0.85, 1.4)  # the chip's own measured kernels
         low, high = program_band({"batched_matmul": 1.0}, "v5p")  # no file: v6e's tables, widened
         assert (low, high) != (0.8, 1.3) and low < calibration.BANDS["batched_matmul"][0]
     finally:
@@ -182,3 +207,9 @@ def test_the_shipped_fits_are_whole_and_their_bands_hold_their_own_held_out_work
         trues = sorted(1 / r for r in data["held_out"].values())
         inside = sum(fitted.default_band[0] <= t <= fitted.default_band[1] for t in trues)
         assert len(trues) == data["workloads"] and inside >= 0.75 * len(trues)
+        if "kernel" in data:  # benchmarks/fit_kernel_model.py's: the chip's measured kernels, held out one by one
+            kernel = data["kernel"]
+            assert fitted.kernel_vpu_per_cycle == kernel["vpu_elements_per_cycle"]
+            low, high = fitted.bands["kernel"]
+            trues = [1 / r for r in kernel["held_out"].values()]
+            assert len(trues) == kernel["kernels"] and sum(low <= t <= high for t in trues) >= 0.75 * len(trues)

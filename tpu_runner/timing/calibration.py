@@ -80,6 +80,10 @@ class Calibration:
     hbm_efficiency: float
     bands: Mapping[str, tuple[float, float]]
     default_band: tuple[float, float]
+    # Elements a Pallas kernel's vector unit gets through per cycle, fitted on the chip's measured kernels
+    # (`benchmarks/fit_kernel_model.py`): with it, a kernel takes at least the task's elementwise work at that rate.
+    # None where no kernel was measured on the chip (the static profile and the MXU floor alone).
+    kernel_vpu_per_cycle: float | None = None
 
     def factor(self, source: str, op_class: str) -> float:
         return self.factors.get((source, op_class), 1.0)
@@ -96,9 +100,12 @@ def _fitted(target: str) -> Calibration | None:
         return None
     data = json.loads(path.read_text())
     factors = {tuple(key.split("/", 1)): value for key, value in data["factors"].items()}
-    # Pallas kernels' band comes from the kernels measured for the per-step cost (on v5e), not from XLA programs.
-    bands = {"kernel": BANDS["kernel"], **{k: tuple(v) for k, v in data["bands"].items()}}
-    return Calibration(target, factors, data["hbm_efficiency"], bands, tuple(data["default_band"]))
+    # Pallas kernels' band: from the chip's own measured kernels where `fit_kernel_model.py` wrote one, else from
+    # the kernels measured for the per-step cost (on v5e); never from XLA programs.
+    kernel = data.get("kernel") or {}
+    bands = {**{k: tuple(v) for k, v in data["bands"].items()}, "kernel": tuple(kernel.get("band", BANDS["kernel"]))}
+    return Calibration(target, factors, data["hbm_efficiency"], bands, tuple(data["default_band"]),
+                       kernel.get("vpu_elements_per_cycle"))
 
 
 def for_target(target: str) -> Calibration:

@@ -45,6 +45,10 @@ class OpTime:
     memory_seconds: float
     repeat: int
     fixed_seconds: float = LAUNCH_SECONDS  # launch, and a Pallas kernel's per-grid-step cost
+    # A kernel's share of the task's elementwise work per run, and its compute without that work's floor: what
+    # `benchmarks/fit_kernel_model.py` refits the chip's vector rate from.
+    vector_elements: float = 0.0
+    compute_before_vector: float = 0.0
 
     @property
     def seconds(self) -> float:
@@ -105,12 +109,13 @@ def _profile_cycles(answer: CompileAnswer) -> tuple[dict[str, int], int]:
 
 
 def program_time(chip: ChipSpec, answer: CompileAnswer, *, mode: str, kernel_bytes: float | None = None,
-                 kernel_flops: float = 0.0, kernel_steps: int = 0,
+                 kernel_flops: float = 0.0, kernel_steps: int = 0, kernel_vpu: float = 0.0,
                  calibration: Calibration | None = None) -> ProgramTime:
     """One compiled program's time. `kernel_bytes`: what its Pallas kernels move by their BlockSpecs (a candidate);
-    `kernel_flops`: the work its kernels must at least do, used only when the profile has no cycles for them;
-    `kernel_steps`: their grid steps, each of which costs a fixed time besides its DMAs and compute;
-    `calibration`: the factors (default: the chip's own, `calibration.for_target`)."""
+    `kernel_flops`: the MXU work its kernels must at least do; `kernel_vpu`: the elements of elementwise and
+    reduction work they must at least do (a floor where the chip has a fitted vector rate); `kernel_steps`: their
+    grid steps, each of which costs a fixed time besides its DMAs and compute; `calibration`: the factors (default:
+    the chip's own, `calibration.for_target`)."""
     calibration = calibration or for_target(chip.name)
     by_name, unclaimed = _profile_cycles(answer)
     ops = answer.hlo_ops
@@ -130,6 +135,12 @@ def program_time(chip: ChipSpec, answer: CompileAnswer, *, mode: str, kernel_byt
         # static cycles, 9 us, for 76 GFLOP that take at least 0.39 ms).
         kernel_work = kernel_flops * share / op.repeat if op in kernels else 0.0
         floor = kernel_work / chip.peak_flops["bf16"]
+        # Nor the task's elementwise work, where the chip's kernels were measured for the rate: a loop's body
+        # counted once left 39k's GELU over 528M outputs (~12G elements) out of its cycles (0.45 ms estimated,
+        # 1.78 measured on a v5e).
+        vector_elements = kernel_vpu * share / op.repeat if op in kernels else 0.0
+        rate = calibration.kernel_vpu_per_cycle
+        vector_floor = vector_elements / (rate * chip.clock_hz) if rate else 0.0
         # A kernel profiled at 0 cycles was not profiled (libtpu leaves some kernels empty), not free.
         if op.name in by_name and not own_estimate and (by_name[op.name] or op not in kernels):
             source, cycles = "profile", by_name[op.name] / op.repeat
@@ -141,27 +152,28 @@ def program_time(chip: ChipSpec, answer: CompileAnswer, *, mode: str, kernel_byt
         else:
             flops = op.flops or kernel_work
             source = "work"
-            compute = max(flops / chip.peak_flops["bf16"],
-                          op.vpu_elements / (VPU_ELEMENTS_PER_CYCLE * chip.clock_hz))
+            compute = max(flops / chip.peak_flops["bf16"], op.vpu_elements / (VPU_ELEMENTS_PER_CYCLE * chip.clock_hz))
         steps = kernel_steps * share / op.repeat if op in kernels else 0.0
         fixed = LAUNCH_SECONDS + steps * GRID_STEP_CYCLES / chip.clock_hz
         compute *= calibration.factor(source, op_class)
-        out.append(OpTime(op.name, op_class, source, compute, memory, op.repeat, fixed))
+        out.append(OpTime(op.name, op_class, source, max(compute, vector_floor), memory, op.repeat, fixed,
+                          vector_elements, compute))
     return ProgramTime(tuple(out))
 
 
 def programs_time(chip: ChipSpec, answers: Sequence[CompileAnswer], *, mode: str,
                   kernel_bytes: Sequence[float | None] | None = None,
                   kernel_flops: Sequence[float] | None = None, kernel_steps: Sequence[int] | None = None,
-                  calibration: Calibration | None = None) -> ProgramTime:
+                  kernel_vpu: Sequence[float] | None = None, calibration: Calibration | None = None) -> ProgramTime:
     """Several programs (one per production configuration) run one after another."""
     ops: list[OpTime] = []
     for i, answer in enumerate(answers):
         kb = kernel_bytes[i] if kernel_bytes else None
         kf = kernel_flops[i] if kernel_flops else 0.0
         ks = kernel_steps[i] if kernel_steps else 0
+        kv = kernel_vpu[i] if kernel_vpu else 0.0
         ops.extend(program_time(chip, answer, mode=mode, kernel_bytes=kb, kernel_flops=kf, kernel_steps=ks,
-                                calibration=calibration).ops)
+                                kernel_vpu=kv, calibration=calibration).ops)
     return ProgramTime(tuple(ops))
 
 

@@ -11,10 +11,11 @@ TPU times), with the likely range of the speedup it implies (`band`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tpu_runner.analysis import TrafficReport
+from tpu_runner.analysis import HloOp, TrafficReport
 from tpu_runner.compiler import CompileAnswer
 from tpu_runner.hardware import ChipSpec, Roofline, roofline
 from tpu_runner.reports import MeasuredTimes, Performance
@@ -67,6 +68,10 @@ def _skipped_flops(cand: CandidateProgram, ref: CompileAnswer) -> float:
     return max(0.0, ref.cost.get("flops", 0.0) - most - around)
 
 
+def _vpu_elements(ops: Iterable[HloOp]) -> float:
+    return float(sum(op.vpu_elements * op.repeat for op in ops))
+
+
 def _roofline_dict(roof: Roofline) -> dict[str, Any]:
     return {"seconds": roof.seconds, "bound": roof.bound, "flops": roof.flops, "bytes": roof.bytes,
             "intensity": roof.intensity}
@@ -91,9 +96,14 @@ def estimated_performance(chip: ChipSpec, mode: str, prod: list[Configuration], 
                                                              if op.target != KERNEL_TARGET)
                         - _skipped_flops(c, r)) * c.traffic.mxu_passes
                     for c, r in zip(cand, ref, strict=True)]
+    # Likewise the task's elementwise and reduction work the XLA ops around the kernels leave to them (XLA's
+    # count of its own program's elements, a floor where the chip's vector rate was fitted).
+    kernel_vpu = [max(0.0, _vpu_elements(r.hlo_ops) - _vpu_elements(op for op in c.compiled.hlo_ops
+                                                                    if op.target != KERNEL_TARGET))
+                  for c, r in zip(cand, ref, strict=True)]
     c_time = programs_time(chip, [c.compiled for c in cand], mode=mode,
                            kernel_bytes=[float(c.traffic.total_hbm_bytes) for c in cand], kernel_flops=kernel_flops,
-                           kernel_steps=[grid_steps(c.traffic) for c in cand])
+                           kernel_steps=[grid_steps(c.traffic) for c in cand], kernel_vpu=kernel_vpu)
     r_time = programs_time(chip, ref, mode=mode)
     failed = [(who, a.profile_failure) for who, answers in (("candidate", [c.compiled for c in cand]),
                                                              ("reference", ref))
@@ -165,7 +175,12 @@ def _program_profile(timed: ProgramTime, seconds: float, hbm_bytes: float, cycle
             "memory_seconds": timed.memory_seconds, "seconds": seconds, "bound": timed.bound,
             "ops": [(op.name, round(op.seconds * 1e9)) for op in timed_ops],
             "op_classes": {op.name: op.op_class for op in timed_ops},
-            "by_class": timed.by_class()}
+            "by_class": timed.by_class(),
+            # What a kernel's time rests on, for refitting the chip's vector rate without evaluating again.
+            "kernel_ops": [{"name": op.name, "compute_before_vector": op.compute_before_vector,
+                            "memory": op.memory_seconds, "fixed": op.fixed_seconds, "repeat": op.repeat,
+                            "vector_elements": op.vector_elements}
+                           for op in timed.ops if op.op_class == "kernel"]}
 
 
 def measured_performance(chip: ChipSpec, prod: list[Configuration], cand: list[CandidateProgram],
