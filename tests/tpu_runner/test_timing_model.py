@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tpu_runner.analysis import OperandTraffic, PallasCallTraffic, TrafficReport
 from tpu_runner.analysis.hlo_ops import hlo_ops
 from tpu_runner.compiler import CompileAnswer
 from tpu_runner.hardware import get_chip
@@ -22,6 +23,7 @@ from tpu_runner.timing import (
     program_band,
     program_time,
     speedup_band,
+    untiled_traffic,
 )
 
 DATA = Path(__file__).parent / "data"
@@ -123,6 +125,32 @@ def test_a_kernel_takes_at_least_the_tasks_elementwise_work_where_the_chip_has_a
     (fusion, *_) = program_time(V6E, CompileAnswer(True, hlo_text=BMM), mode="fast", kernel_vpu=1e12,
                                 calibration=rated).ops
     assert fusion.vector_elements == 0 and fusion.compute_seconds == fusion.compute_before_vector
+
+
+def _operand(block: tuple[int | None, ...], dtype: str, transfers: int) -> OperandTraffic:
+    size = math.prod(1 if d is None else d for d in block) * (2 if dtype == "bfloat16" else 4)
+    return OperandTraffic(role="output", shape=(128, 128, 126, 126), dtype=dtype, block_shape=block, block_bytes=size,
+                          transfers=transfers, bytes=size * transfers, buffer_count=2, in_hbm_manual=False)
+
+
+def test_blocks_that_are_not_whole_tiles_move_at_the_chips_measured_rate_where_it_has_one():
+    # 22k's output on a v5e: 126 x 126 bf16 planes, written at ~149 GB/s where whole tiles go at ~560.
+    planes = _operand((None, 16, 126, 126), "bfloat16", 1024)
+    aligned = _operand((None, 16, 128, 128), "bfloat16", 1024)
+    bias = _operand((1, 126), "float32", 1024)  # narrower than a tile's rows: not the kind measured
+    call = PallasCallTraffic(name="k", grid=(1024,), grid_steps=1024, operands=(planes, aligned, bias),
+                             scratch_bytes=0, vmem_bytes=0, hbm_bytes=0, io_bytes=0, claimed_bytes=None,
+                             claimed_flops=None, exact=True, multiplicity=1)
+    v5e = get_chip("v5e")
+    moved, seconds = untiled_traffic(v5e, TrafficReport((call,)))
+    assert moved == planes.bytes and seconds == pytest.approx(planes.bytes / v5e.untiled_dma_bandwidth[1])
+    assert v5e.block_dma_rate((128, 126), 2) == v5e.untiled_dma_bandwidth[0]  # one dim off
+    assert v5e.block_dma_rate((16, 128), 2) is None and v5e.block_dma_rate((8, 128), 2) is not None  # bf16 packs 16
+    assert untiled_traffic(V6E, TrafficReport((call,))) == (0.0, 0.0)  # not measured there: at full bandwidth
+    profiled = CompileAnswer(True, hlo_text=KERNEL_HLO, ops=[("my_kernel_body.1", 13_780)], profiled=True)
+    (slow,) = program_time(v5e, profiled, mode="fast", kernel_bytes=8e6, kernel_untiled_seconds=seconds).ops
+    (fast,) = program_time(v5e, profiled, mode="fast", kernel_bytes=8e6).ops
+    assert slow.memory_seconds == pytest.approx(fast.memory_seconds + seconds)
 
 
 def test_an_answer_read_back_from_json_keeps_its_program():

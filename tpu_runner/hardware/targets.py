@@ -44,11 +44,27 @@ class ChipSpec:
     def cycle_rate(self, mode: str) -> float:
         return self.fast_forward_rate if mode == "fast" else self.clock_hz
 
+    def block_dma_rate(self, block_tail: tuple[int, int], itemsize: int) -> float | None:
+        """bytes/s of a Pallas block DMA whose last two dims are `block_tail`, where this chip moves blocks that
+        are not whole tiles slower than HBM's bandwidth (measured); None for whole tiles or an unmeasured chip."""
+        off = untiled_dims(block_tail, itemsize)
+        return self.untiled_dma_bandwidth[off - 1] if off and self.untiled_dma_bandwidth else None
+
     def peak_for(self, dtype_name: str) -> float:
         """Peak for a dtype; float dtypes other than bf16 are bounded by the bf16 MXU peak."""
         if dtype_name.startswith(("int", "uint")) and "int8" in self.peak_flops:
             return self.peak_flops["int8"]
         return self.peak_flops["bf16"]
+
+
+def sublane_tile(itemsize: int) -> int:
+    """Rows of a (sublane, 128-lane) tile: 8 of 32-bit words, 16 of bf16, 32 of int8 (packed)."""
+    return 8 * max(1, 4 // max(1, itemsize))
+
+
+def untiled_dims(block_tail: tuple[int, int], itemsize: int) -> int:
+    """How many of a block's last two dims are not whole (sublane, lane) tiles."""
+    return (block_tail[0] % sublane_tile(itemsize) != 0) + (block_tail[1] % 128 != 0)
 
 
 CHIPS: dict[str, ChipSpec] = {

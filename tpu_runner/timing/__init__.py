@@ -16,7 +16,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "device_ops": "measure", "accepted_while_timing": "measure", "Judgement": "measure", "measure_pair": "measure",
     "per_call_durations": "measure",
     "CandidateProgram": "performance", "estimated_performance": "performance", "grid_steps": "performance",
-    "measured_performance": "performance",
+    "measured_performance": "performance", "untiled_traffic": "performance",
     "DEFAULT_SCOPED_VMEM": "profile", "hints": "profile", "kernel_facts": "profile", "summarise": "profile",
     "render_profile_chart": "chart", "right_panel": "chart", "TOP_OPS": "chart",
     "RAISED": "trace_export", "trace_json": "trace_export",

@@ -110,12 +110,13 @@ def _profile_cycles(answer: CompileAnswer) -> tuple[dict[str, int], int]:
 
 def program_time(chip: ChipSpec, answer: CompileAnswer, *, mode: str, kernel_bytes: float | None = None,
                  kernel_flops: float = 0.0, kernel_steps: int = 0, kernel_vpu: float = 0.0,
-                 calibration: Calibration | None = None) -> ProgramTime:
+                 kernel_untiled_seconds: float = 0.0, calibration: Calibration | None = None) -> ProgramTime:
     """One compiled program's time. `kernel_bytes`: what its Pallas kernels move by their BlockSpecs (a candidate);
     `kernel_flops`: the MXU work its kernels must at least do; `kernel_vpu`: the elements of elementwise and
     reduction work they must at least do (a floor where the chip has a fitted vector rate); `kernel_steps`: their
-    grid steps, each of which costs a fixed time besides its DMAs and compute; `calibration`: the factors (default:
-    the chip's own, `calibration.for_target`)."""
+    grid steps, each of which costs a fixed time besides its DMAs and compute; `kernel_untiled_seconds`: the time of
+    their block DMAs the chip moves slower than its bandwidth (not in `kernel_bytes`; `untiled_traffic`);
+    `calibration`: the factors (default: the chip's own, `calibration.for_target`)."""
     calibration = calibration or for_target(chip.name)
     by_name, unclaimed = _profile_cycles(answer)
     ops = answer.hlo_ops
@@ -127,6 +128,8 @@ def program_time(chip: ChipSpec, answer: CompileAnswer, *, mode: str, kernel_byt
         share = op.hbm_bytes * op.repeat / kernel_io if op in kernels else 0.0
         memory_bytes = kernel_bytes * share / op.repeat if op in kernels and kernel_bytes is not None else op.hbm_bytes
         memory = memory_bytes / (chip.hbm_bandwidth * calibration.hbm_efficiency)
+        if op in kernels:
+            memory += kernel_untiled_seconds * share / op.repeat
         op_class = "kernel" if op.target == KERNEL_TARGET else "async" if op.opcode == "copy-start" else op.op_class
         # XLA's estimate for a Mosaic kernel rests on the kernel's own CostEstimate: never used.
         own_estimate = op.xla_cycles if op.target != KERNEL_TARGET else 0
@@ -164,7 +167,8 @@ def program_time(chip: ChipSpec, answer: CompileAnswer, *, mode: str, kernel_byt
 def programs_time(chip: ChipSpec, answers: Sequence[CompileAnswer], *, mode: str,
                   kernel_bytes: Sequence[float | None] | None = None,
                   kernel_flops: Sequence[float] | None = None, kernel_steps: Sequence[int] | None = None,
-                  kernel_vpu: Sequence[float] | None = None, calibration: Calibration | None = None) -> ProgramTime:
+                  kernel_vpu: Sequence[float] | None = None, kernel_untiled_seconds: Sequence[float] | None = None,
+                  calibration: Calibration | None = None) -> ProgramTime:
     """Several programs (one per production configuration) run one after another."""
     ops: list[OpTime] = []
     for i, answer in enumerate(answers):
@@ -172,8 +176,9 @@ def programs_time(chip: ChipSpec, answers: Sequence[CompileAnswer], *, mode: str
         kf = kernel_flops[i] if kernel_flops else 0.0
         ks = kernel_steps[i] if kernel_steps else 0
         kv = kernel_vpu[i] if kernel_vpu else 0.0
+        ku = kernel_untiled_seconds[i] if kernel_untiled_seconds else 0.0
         ops.extend(program_time(chip, answer, mode=mode, kernel_bytes=kb, kernel_flops=kf, kernel_steps=ks,
-                                kernel_vpu=kv, calibration=calibration).ops)
+                                kernel_vpu=kv, kernel_untiled_seconds=ku, calibration=calibration).ops)
     return ProgramTime(tuple(ops))
 
 

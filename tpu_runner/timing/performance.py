@@ -15,9 +15,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import ml_dtypes  # noqa: F401 - registers bfloat16 with numpy, for operands' dtype names
+import numpy as np
+
 from tpu_runner.analysis import HloOp, TrafficReport
 from tpu_runner.compiler import CompileAnswer
-from tpu_runner.hardware import ChipSpec, Roofline, roofline
+from tpu_runner.hardware import ChipSpec, Roofline, roofline, sublane_tile
 from tpu_runner.reports import MeasuredTimes, Performance
 from tpu_runner.tasks import Configuration
 from tpu_runner.timing.band import measured_band, program_band, speedup_band
@@ -68,6 +71,27 @@ def _skipped_flops(cand: CandidateProgram, ref: CompileAnswer) -> float:
     return max(0.0, ref.cost.get("flops", 0.0) - most - around)
 
 
+def untiled_traffic(chip: ChipSpec, traffic: TrafficReport) -> tuple[float, float]:
+    """The bytes of a candidate's block DMAs that this chip moves slower than its HBM bandwidth (blocks whose last
+    two dims are not whole tiles: `ChipSpec.block_dma_rate`), and the seconds they take at its measured rates.
+    Only planes of at least a tile's rows each way, the kind measured (a 3x3 convolution's 126 x 126 outputs; reads
+    and writes alike, reads measured with both dims off); narrower blocks (rows of a bias) are left at full rate."""
+    moved, seconds = 0.0, 0.0
+    for call in traffic.calls:
+        for op in call.operands:
+            tail = tuple(1 if d is None else d for d in op.block_shape)[-2:]
+            if op.in_hbm_manual or not op.bytes or len(tail) < 2:
+                continue
+            size = np.dtype(op.dtype).itemsize
+            if min(tail[0], tail[1]) < sublane_tile(size):
+                continue
+            rate = chip.block_dma_rate((tail[0], tail[1]), size)
+            if rate:
+                moved += op.bytes * call.multiplicity
+                seconds += op.bytes * call.multiplicity / rate
+    return moved, seconds
+
+
 def _vpu_elements(ops: Iterable[HloOp]) -> float:
     return float(sum(op.vpu_elements * op.repeat for op in ops))
 
@@ -101,9 +125,12 @@ def estimated_performance(chip: ChipSpec, mode: str, prod: list[Configuration], 
     kernel_vpu = [max(0.0, _vpu_elements(r.hlo_ops) - _vpu_elements(op for op in c.compiled.hlo_ops
                                                                     if op.target != KERNEL_TARGET))
                   for c, r in zip(cand, ref, strict=True)]
+    untiled = [untiled_traffic(chip, c.traffic) for c in cand]
     c_time = programs_time(chip, [c.compiled for c in cand], mode=mode,
-                           kernel_bytes=[float(c.traffic.total_hbm_bytes) for c in cand], kernel_flops=kernel_flops,
-                           kernel_steps=[grid_steps(c.traffic) for c in cand], kernel_vpu=kernel_vpu)
+                           kernel_bytes=[float(c.traffic.total_hbm_bytes) - b for c, (b, _) in zip(cand, untiled,
+                                                                                                  strict=True)],
+                           kernel_flops=kernel_flops, kernel_steps=[grid_steps(c.traffic) for c in cand],
+                           kernel_vpu=kernel_vpu, kernel_untiled_seconds=[t for _, t in untiled])
     r_time = programs_time(chip, ref, mode=mode)
     failed = [(who, a.profile_failure) for who, answers in (("candidate", [c.compiled for c in cand]),
                                                              ("reference", ref))

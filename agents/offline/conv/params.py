@@ -24,7 +24,7 @@ from agents.offline.conv.shape import (
 from agents.offline.expr import default_dtypes, dtype_space
 from agents.offline.kernel_family import floor_in
 from agents.offline.program import itemsize
-from tpu_runner.hardware import ChipSpec
+from tpu_runner.hardware import ChipSpec, sublane_tile
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,15 +82,14 @@ def _vmem_bytes(spec: ConvShape, block_co: int, block_p: int, chunk: int) -> int
 def untiled_writes(spec: ConvShape, chip: ChipSpec, block_p: int) -> str | None:
     """Why the output's writes cost more than its bytes at HBM bandwidth, where the kernel writes planes whose
     blocks end in dims that are not whole (sublane, lane) tiles and the chip's rate for such DMAs is measured."""
-    if not writes_planes(spec) or chip.untiled_dma_bandwidth is None:
+    if not writes_planes(spec):
         return None
     rows = spec.out_spatial[0] if spec.mode == PLANE else block_p // math.prod(spec.in_spatial[1:])
     tail = ((rows,) + tuple(spec.out_spatial[1:]))[-2:]
-    sublanes = 8 * max(1, 4 // itemsize(spec.output.dtype))
-    off = (tail[0] % sublanes != 0) + (tail[1] % 128 != 0)
-    if not off:
+    rate = chip.block_dma_rate((tail[0], tail[1]), itemsize(spec.output.dtype))
+    if rate is None:
         return None
-    rate = chip.untiled_dma_bandwidth[off - 1]
+    sublanes = sublane_tile(itemsize(spec.output.dtype))
     out_bytes = spec.output.size * itemsize(spec.output.dtype)
     return (f"Its output blocks end in {tail[0]} x {tail[1]}, not whole ({sublanes}, 128) tiles of "
             f"{spec.output.dtype}: {chip.name} moves such blocks at ~{rate / 1e9:.0f} GB/s (measured by "
