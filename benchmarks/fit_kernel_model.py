@@ -40,6 +40,7 @@ from fit_timing_model import _band, describe  # noqa: E402
 
 from tpu_runner.hardware import get_chip  # noqa: E402
 from tpu_runner.timing import calibration  # noqa: E402
+from tpu_runner.timing.model import OpTime  # noqa: E402
 
 RATES: list[float | None] = [None, *(1024 * 2 ** (k / 4) for k in range(17))]  # none, then 1024 .. 16384
 FAITHFUL = (0.8, 1.25)
@@ -50,10 +51,10 @@ def kernel_seconds(estimate: dict[str, Any], rate: float | None, clock_hz: float
     of what its kernels' times rest on; the rest of its program as estimated; never below its roofline."""
     cand = estimate["candidate"]
     rest = sum(s for cls, s in cand["by_class"].items() if cls != "kernel")
-    kernels = 0.0
-    for op in cand["kernel_ops"]:
-        floor = op["vector_elements"] / (rate * clock_hz) if rate else 0.0
-        kernels += (max(op["compute_before_vector"], floor, op["memory"]) + op["fixed"]) * op["repeat"]
+    kernels = sum(OpTime(op["name"], "kernel", "profile",
+                         max(op["compute_before_vector"], op["vector_elements"] / (rate * clock_hz) if rate else 0.0),
+                         op["memory"], op["repeat"], op["fixed"]).seconds
+                  for op in cand["kernel_ops"])
     return max(rest + kernels, estimate["roofline"]["seconds"])
 
 

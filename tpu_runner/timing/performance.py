@@ -125,12 +125,12 @@ def estimated_performance(chip: ChipSpec, mode: str, prod: list[Configuration], 
     kernel_vpu = [max(0.0, _vpu_elements(r.hlo_ops) - _vpu_elements(op for op in c.compiled.hlo_ops
                                                                     if op.target != KERNEL_TARGET))
                   for c, r in zip(cand, ref, strict=True)]
+    # Blocks the chip moves slower than its bandwidth are timed at their own rate, the rest of the bytes at HBM's.
     untiled = [untiled_traffic(chip, c.traffic) for c in cand]
-    c_time = programs_time(chip, [c.compiled for c in cand], mode=mode,
-                           kernel_bytes=[float(c.traffic.total_hbm_bytes) - b for c, (b, _) in zip(cand, untiled,
-                                                                                                  strict=True)],
+    tiled_bytes = [float(c.traffic.total_hbm_bytes) - moved for c, (moved, _) in zip(cand, untiled, strict=True)]
+    c_time = programs_time(chip, [c.compiled for c in cand], mode=mode, kernel_bytes=tiled_bytes,
                            kernel_flops=kernel_flops, kernel_steps=[grid_steps(c.traffic) for c in cand],
-                           kernel_vpu=kernel_vpu, kernel_untiled_seconds=[t for _, t in untiled])
+                           kernel_vpu=kernel_vpu, kernel_untiled_seconds=[seconds for _, seconds in untiled])
     r_time = programs_time(chip, ref, mode=mode)
     failed = [(who, a.profile_failure) for who, answers in (("candidate", [c.compiled for c in cand]),
                                                              ("reference", ref))
